@@ -1,0 +1,198 @@
+//! The admin service, on its own listener: health, readiness, metrics,
+//! reload and balancer introspection.
+//!
+//! `/healthz`, `/readyz` and `/metrics` are open (probes and scrapers carry no
+//! secrets); everything under `/admin/` needs an admin token as
+//! `Authorization: Bearer`, with the role each endpoint names.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{header, Method, Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::auth::bearer_token;
+use crate::config::AdminRole;
+use crate::state::GatewayState;
+use crate::tracker::TargetLoad;
+
+pub struct AdminApp {
+    state: Arc<GatewayState>,
+}
+
+impl AdminApp {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+
+    /// Nothing when the caller's token has the role, else the response refusing it.
+    fn refusal(&self, session: &ServerSession, needed: AdminRole) -> Option<Response<Vec<u8>>> {
+        let snapshot = self.state.snapshot();
+        let token = session
+            .req_header()
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| bearer_token(v.as_bytes()));
+        let Some(token) = token else {
+            return Some(error(
+                StatusCode::UNAUTHORIZED,
+                "admin token required: send `Authorization: Bearer <token>`",
+            ));
+        };
+        match snapshot.admin_tokens.authenticate(token) {
+            None => Some(error(StatusCode::UNAUTHORIZED, "invalid admin token")),
+            Some((name, role)) if role < needed => Some(error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "admin token `{name}` has role {}; this needs {} or above",
+                    role.as_str(),
+                    needed.as_str()
+                ),
+            )),
+            Some(_) => None,
+        }
+    }
+
+    async fn reload(&self) -> Response<Vec<u8>> {
+        let state = Arc::clone(&self.state);
+        match tokio::task::spawn_blocking(move || state.reload()).await {
+            Ok(Ok(reloaded)) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "status": "ok",
+                    "version": reloaded.version,
+                    "needs_restart": reloaded.needs_restart,
+                }),
+            ),
+            Ok(Err(e)) => json_response(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({
+                    "status": "error",
+                    "version": self.state.snapshot().version,
+                    "message": "configuration rejected; the running configuration stays",
+                    "errors": e.lines(),
+                }),
+            ),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("reload task failed: {e}"),
+            ),
+        }
+    }
+
+    fn routes(&self) -> Response<Vec<u8>> {
+        let snapshot = self.state.snapshot();
+        let routes: Vec<RouteView<'_>> = snapshot
+            .routes()
+            .iter()
+            .map(|route| RouteView {
+                model: &route.model,
+                strategy: route.strategy.as_str(),
+                reads_weights: route.strategy.reads_weights(),
+                targets: route
+                    .targets
+                    .iter()
+                    .map(|t| TargetView {
+                        provider: &t.id.provider,
+                        model: &t.id.model,
+                        weight: t.weight,
+                        base_url: &t.provider.base_url,
+                        load: t.stats.load(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        json_response(
+            StatusCode::OK,
+            &json!({ "version": snapshot.version, "routes": routes }),
+        )
+    }
+}
+
+#[derive(Serialize)]
+struct RouteView<'a> {
+    model: &'a str,
+    strategy: &'static str,
+    reads_weights: bool,
+    targets: Vec<TargetView<'a>>,
+}
+
+#[derive(Serialize)]
+struct TargetView<'a> {
+    provider: &'a str,
+    model: &'a str,
+    weight: u32,
+    base_url: &'a str,
+    #[serde(flatten)]
+    load: TargetLoad,
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let method = session.req_header().method.clone();
+        let path = session.req_header().uri.path().to_string();
+        match (&method, path.as_str()) {
+            (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
+            (&Method::GET, "/readyz") => {
+                if self.state.is_shutting_down() {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                } else {
+                    text(StatusCode::OK, "ready\n")
+                }
+            }
+            (&Method::GET, "/metrics") => respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.state.metrics.render(&self.state.tracker).into_bytes(),
+            ),
+            (&Method::POST, "/admin/reload") => match self.refusal(session, AdminRole::Admin) {
+                None => self.reload().await,
+                Some(refusal) => refusal,
+            },
+            (&Method::GET, "/admin/routes") => match self.refusal(session, AdminRole::Viewer) {
+                None => self.routes(),
+                Some(refusal) => refusal,
+            },
+            (_, "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload") => error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("{method} is not allowed on {path}"),
+            ),
+            _ => error(
+                StatusCode::NOT_FOUND,
+                &format!("no admin endpoint at {path}"),
+            ),
+        }
+    }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(body)
+        .unwrap_or_default()
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
+    respond(status, "text/plain", body.as_bytes().to_vec())
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<u8>> {
+    respond(
+        status,
+        "application/json",
+        serde_json::to_vec(value).unwrap_or_default(),
+    )
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Vec<u8>> {
+    json_response(
+        status,
+        &json!({ "error": { "message": message, "code": status.as_u16() } }),
+    )
+}

@@ -1,0 +1,272 @@
+//! `rolter.toml`: file types, validation, and the validated configuration.
+//!
+//! Two layers (house style 6): [`file`] mirrors the file with serde, and
+//! validation (`validate.rs`) turns it into the types below, which are what
+//! the rest of rolter uses. Validation collects every problem it finds, each
+//! naming its field path and line, and never panics; a file that parses but
+//! does not validate yields no [`Config`] at all.
+//!
+//! Secrets never sit in the file: it names environment variables, and the
+//! validated types hold the upstream bearer keys read from them and only the
+//! SHA-256 digests of caller keys and admin tokens.
+//!
+//! Parts of the `rolter.toml` contract that this version does not implement
+//! (TLS listeners, provider groups, health checks, ...) parse, and then fail
+//! validation with a message that says so, so that nobody believes such a
+//! setting took effect.
+
+mod base_url;
+mod error;
+pub mod file;
+mod locate;
+mod slug;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+pub use base_url::{BaseUrl, BaseUrlError};
+pub use error::{ConfigError, ConfigErrors};
+pub use slug::{derive_slug, is_valid_slug};
+
+/// A validated configuration. Rebuilt on reload, so plain owned data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file path as given, for messages.
+    pub source: String,
+    pub server: Server,
+    pub providers: Vec<Provider>,
+    pub routes: Vec<Route>,
+    pub api_keys: Vec<ApiKey>,
+    pub admin_tokens: Vec<AdminToken>,
+    pub retry: Retry,
+    pub timeouts: Timeouts,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Proxy listeners, each a valid `SocketAddr`, kept as written.
+    pub listen: Vec<String>,
+    /// Admin API listener, a valid `SocketAddr`, kept as written.
+    pub admin_listen: String,
+    pub role: Role,
+    /// Request bodies above this many bytes are refused with 413; > 0.
+    pub max_body_bytes: usize,
+    /// `false`: anonymous callers may use every route.
+    pub require_api_key: bool,
+}
+
+/// What this process is in a deployment. Only `Standalone` validates in
+/// this version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Proxy and admin API from one file; no control plane.
+    Standalone,
+    /// Proxy that polls a control node for its snapshot.
+    Gateway,
+    /// The control node that owns the database.
+    Control,
+}
+
+impl Role {
+    /// The name used in `rolter.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Standalone => "standalone",
+            Role::Gateway => "gateway",
+            Role::Control => "control",
+        }
+    }
+}
+
+/// An upstream OpenAI-compatible server.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Provider {
+    /// Display name.
+    pub name: String,
+    /// Unique identifier, `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub slug: String,
+    pub base_url: BaseUrl,
+    /// Bearer token sent upstream, read from `api_key_env`. Never printed.
+    pub api_key: Option<String>,
+    /// Health probe path, starting with '/'.
+    pub health_path: String,
+}
+
+impl fmt::Debug for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("slug", &self.slug)
+            .field("base_url", &format_args!("{}", self.base_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| Redacted))
+            .field("health_path", &self.health_path)
+            .finish()
+    }
+}
+
+/// A public model name and where its requests go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Public model name clients send.
+    pub model: String,
+    pub strategy: rolter_balancer::StrategyKind,
+    /// Never empty; no two share `(provider, model)`.
+    pub targets: Vec<RouteTarget>,
+}
+
+/// One target of a route: identity `(provider, model)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteTarget {
+    /// Provider slug.
+    pub provider: String,
+    /// Upstream model name sent to the provider.
+    pub model: String,
+    /// >= 1; read only by strategies that use weights.
+    pub weight: u32,
+}
+
+/// A caller of the proxy.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub name: String,
+    /// SHA-256 of the key; the key itself is not kept.
+    pub sha256: [u8; 32],
+    /// Public models this key may use; empty = all.
+    pub models: Vec<String>,
+    /// Provider slugs this key may reach; empty = all.
+    pub providers: Vec<String>,
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("sha256", &Hex(&self.sha256))
+            .field("models", &self.models)
+            .field("providers", &self.providers)
+            .finish()
+    }
+}
+
+/// A caller of the admin API.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    /// SHA-256 of the token; the token itself is not kept.
+    pub sha256: [u8; 32],
+    pub role: AdminRole,
+}
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .field("sha256", &Hex(&self.sha256))
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// Admin API privilege, ordered: `Viewer < Admin < Superadmin`, so a check
+/// is `token.role >= AdminRole::Admin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AdminRole {
+    /// Read-only.
+    Viewer,
+    /// May change providers, routes and keys.
+    Admin,
+    /// May also change the deployment-wide policies.
+    Superadmin,
+}
+
+impl AdminRole {
+    /// The name used in `rolter.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminRole::Viewer => "viewer",
+            AdminRole::Admin => "admin",
+            AdminRole::Superadmin => "superadmin",
+        }
+    }
+}
+
+/// `[retry]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// Further attempts after the first; at most 10.
+    pub max_retries: u32,
+}
+
+/// `[timeouts]`; every duration is > 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Upstream connect.
+    pub connect: Duration,
+    /// Until the upstream's response headers.
+    pub first_byte: Duration,
+    /// Between two reads of a streaming response.
+    pub idle: Duration,
+}
+
+/// Read and validate a file (environment from `std::env`).
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let source = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+        file: source.clone(),
+        line: None,
+        field: None,
+        message: format!("cannot read the configuration file: {error}"),
+    })?;
+    parse(&source, &text, &|name| {
+        std::env::var_os(name).and_then(|value| value.into_string().ok())
+    })
+}
+
+/// Validate text; `source` names the file in messages; `env` resolves
+/// environment variables (tests inject it).
+pub fn parse(
+    source: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    let locator = locate::Locator::new(text);
+    let file: file::ConfigFile = match toml::from_str(text) {
+        Ok(file) => file,
+        // A syntax or type error: serde stops at the first, so there is one.
+        Err(error) => {
+            let offset = error.span().map(|span| span.start);
+            return Err(ConfigError {
+                file: source.to_owned(),
+                line: offset.map(|offset| locate::line_at(text, offset)),
+                field: offset.and_then(|offset| locator.path_at(offset)),
+                message: error.message().trim_end().to_owned(),
+            }
+            .into());
+        }
+    };
+    validate::validate(source, file, &locator, env)
+}
+
+/// Debug stand-in for a secret.
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Debug form of a digest: lowercase hex.
+struct Hex<'a>(&'a [u8]);
+
+impl fmt::Debug for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", hex::encode(self.0))
+    }
+}

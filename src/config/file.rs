@@ -1,0 +1,244 @@
+//! Serde types that mirror `rolter.toml` field for field (see
+//! `spec/config.md`). Nothing here is checked beyond TOML types: validation
+//! (`validate.rs`) turns these into the internal types the gateway uses.
+//!
+//! Every table denies unknown keys, so a typo is an error rather than a
+//! setting silently ignored. Fields that are required by the contract are
+//! still `Option` here, so that validation can report every missing field at
+//! once, with its path, instead of serde stopping at the first.
+//!
+//! Parts of the contract that this version does not implement yet are
+//! accepted as raw `toml::Value`s, so that they parse; validation then says
+//! they are not implemented, instead of serde calling them unknown.
+
+use serde::Deserialize;
+
+/// Default for `server.listen`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// Default for `server.admin_listen`.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// Default for `server.role`.
+pub const DEFAULT_ROLE: &str = "standalone";
+/// Default for `server.max_body_bytes`: 32 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+/// Default for `server.require_api_key`.
+pub const DEFAULT_REQUIRE_API_KEY: bool = true;
+/// Default for `providers.health_path`: every OpenAI-compatible engine
+/// answers it.
+pub const DEFAULT_HEALTH_PATH: &str = "/v1/models";
+/// Default for `routes.strategy`.
+pub const DEFAULT_STRATEGY: &str = "round_robin";
+/// Default for `routes.targets.weight`.
+pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default for `admin_tokens.role`: the least privilege.
+pub const DEFAULT_ADMIN_ROLE: &str = "viewer";
+/// Default for `retry.max_retries` (decisions.md: "Default 2 retries").
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// Upper bound for `retry.max_retries`: more only multiplies the load an
+/// outage puts on the remaining targets.
+pub const MAX_RETRIES_LIMIT: u32 = 10;
+/// Default for `timeouts.connect_ms`.
+pub const DEFAULT_CONNECT_MS: u64 = 2_000;
+/// Default for `timeouts.first_byte_secs`: long prompts take a while to
+/// prefill before the engine sends its response headers.
+pub const DEFAULT_FIRST_BYTE_SECS: u64 = 120;
+/// Default for `timeouts.idle_secs`.
+pub const DEFAULT_IDLE_SECS: u64 = 300;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `[server]`: listeners and request limits. Default: every field's default.
+    #[serde(default)]
+    pub server: ServerTable,
+    /// `[[providers]]`: upstream engines. Default: none.
+    #[serde(default)]
+    pub providers: Vec<ProviderTable>,
+    /// `[[routes]]`: public model names and where they go. Default: none.
+    #[serde(default)]
+    pub routes: Vec<RouteTable>,
+    /// `[[api_keys]]`: callers of the proxy. Default: none.
+    #[serde(default)]
+    pub api_keys: Vec<ApiKeyTable>,
+    /// `[[admin_tokens]]`: callers of the admin API. Default: none.
+    #[serde(default)]
+    pub admin_tokens: Vec<AdminTokenTable>,
+    /// `[retry]`: failover. Default: every field's default.
+    #[serde(default)]
+    pub retry: RetryTable,
+    /// `[timeouts]`: upstream timeouts. Default: every field's default.
+    #[serde(default)]
+    pub timeouts: TimeoutsTable,
+
+    /// `[[provider_groups]]`: not implemented in this version; rejected by
+    /// validation.
+    pub provider_groups: Option<toml::Value>,
+    /// `[[catalog]]`: not implemented in this version; rejected by validation.
+    pub catalog: Option<toml::Value>,
+    /// `[adaptive_routing]`: not implemented in this version; rejected by
+    /// validation.
+    pub adaptive_routing: Option<toml::Value>,
+    /// `[health]`: not implemented in this version; rejected by validation.
+    pub health: Option<toml::Value>,
+    /// `[breaker]`: not implemented in this version; rejected by validation.
+    pub breaker: Option<toml::Value>,
+    /// `[parking]`: not implemented in this version; rejected by validation.
+    pub parking: Option<toml::Value>,
+    /// `[control_plane]`: not implemented in this version; rejected by
+    /// validation.
+    pub control_plane: Option<toml::Value>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTable {
+    /// Proxy listeners, each "ip:port". Default: `["0.0.0.0:8080"]`.
+    pub listen: Option<Vec<String>>,
+    /// Admin, metrics and control API listener, "ip:port".
+    /// Default: "127.0.0.1:9090".
+    pub admin_listen: Option<String>,
+    /// "standalone" | "gateway" | "control". Default: "standalone"; only
+    /// "standalone" is available in this version.
+    pub role: Option<String>,
+    /// Largest request body accepted, in bytes; larger bodies get 413.
+    /// Default: 33554432 (32 MiB). Must be > 0.
+    pub max_body_bytes: Option<u64>,
+    /// Whether callers must present an API key; `false` lets anonymous
+    /// callers use every route. Default: true.
+    pub require_api_key: Option<bool>,
+
+    /// `[[server.tls]]`: not implemented in this version.
+    pub tls: Option<toml::Value>,
+    /// CIDR list: not implemented in this version.
+    pub trusted_proxies: Option<toml::Value>,
+    /// "stdout" | "off" | path: not implemented in this version.
+    pub access_log: Option<toml::Value>,
+    /// "json" | "combined": not implemented in this version.
+    pub access_log_format: Option<toml::Value>,
+}
+
+/// One `[[providers]]` entry: an upstream OpenAI-compatible server.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderTable {
+    /// Display name. Required, non-empty, unique.
+    pub name: Option<String>,
+    /// Identifier in `<slug>/<model>` addresses, metrics and headers;
+    /// `^[a-z0-9][a-z0-9-]{0,62}$`, unique. Default: derived from `name`.
+    pub slug: Option<String>,
+    /// Server root, `http://host[:port][/prefix]` or `https://...`, without
+    /// the trailing `/v1` (rolter adds it). Required. Default port: 80 / 443.
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the bearer token sent
+    /// upstream; it must be set and non-empty. Default: no upstream
+    /// credentials.
+    pub api_key_env: Option<String>,
+    /// Path probed for health, starting with '/'. Default: "/v1/models".
+    pub health_path: Option<String>,
+
+    /// Private CA file for https: not implemented in this version.
+    pub ca_file: Option<toml::Value>,
+    /// Certificate verification switch: not implemented in this version.
+    pub tls_verify: Option<toml::Value>,
+    /// `[providers.kv_events]` vLLM KV-event stream: not implemented in this
+    /// version.
+    pub kv_events: Option<toml::Value>,
+    /// `[providers.lmcache]` occupancy signal: not implemented in this
+    /// version.
+    pub lmcache: Option<toml::Value>,
+}
+
+/// One `[[routes]]` entry: a public model name and its targets.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTable {
+    /// Public model name clients send. Required, non-empty, unique, and not
+    /// a provider slug nor `<provider-slug>/...`.
+    pub model: Option<String>,
+    /// Load-balancing strategy name (load-balancing.md). Default:
+    /// "round_robin".
+    pub strategy: Option<String>,
+    /// Where requests for `model` go. Required, non-empty.
+    pub targets: Option<Vec<TargetEntry>>,
+}
+
+/// One entry of `routes.targets`: `{ provider, model?, weight? }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetEntry {
+    /// Provider slug (or name). Required; must name a configured provider.
+    pub provider: Option<String>,
+    /// Upstream model name sent to the provider. Default: the route's public
+    /// model.
+    pub model: Option<String>,
+    /// Relative share for strategies that read weights, >= 1. Default: 1.
+    pub weight: Option<u32>,
+}
+
+/// One `[[api_keys]]` entry: a caller of the proxy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyTable {
+    /// Name shown in logs and metrics. Required, non-empty, unique.
+    pub name: Option<String>,
+    /// Environment variable holding the key; must be set and non-empty.
+    /// Exactly one of `key_env` and `key_sha256`.
+    pub key_env: Option<String>,
+    /// SHA-256 of the key, 64 hex digits. Exactly one of `key_env` and
+    /// `key_sha256`.
+    pub key_sha256: Option<String>,
+    /// Public models this key may use, each a configured route.
+    /// Default: empty = all.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Provider slugs this key may reach. Default: empty = all.
+    #[serde(default)]
+    pub providers: Vec<String>,
+
+    /// Requests per minute per node: not implemented in this version.
+    pub rpm: Option<toml::Value>,
+    /// In-flight requests per node: not implemented in this version.
+    pub max_concurrent: Option<toml::Value>,
+}
+
+/// One `[[admin_tokens]]` entry: a caller of the admin API.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTokenTable {
+    /// Name shown in logs. Required, non-empty, unique.
+    pub name: Option<String>,
+    /// Environment variable holding the token; must be set and non-empty.
+    /// Exactly one of `token_env` and `token_sha256`.
+    pub token_env: Option<String>,
+    /// SHA-256 of the token, 64 hex digits. Exactly one of `token_env` and
+    /// `token_sha256`.
+    pub token_sha256: Option<String>,
+    /// "viewer" | "admin" | "superadmin". Default: "viewer".
+    pub role: Option<String>,
+}
+
+/// `[retry]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryTable {
+    /// Further attempts on other targets after the first fails before any
+    /// byte reached the client. Default: 2; at most 10.
+    pub max_retries: Option<u32>,
+}
+
+/// `[timeouts]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsTable {
+    /// Upstream TCP (and TLS) connect timeout, in milliseconds. Default: 2000;
+    /// must be > 0.
+    pub connect_ms: Option<u64>,
+    /// Time until the upstream's response headers, in seconds. Default: 120;
+    /// must be > 0.
+    pub first_byte_secs: Option<u64>,
+    /// Longest gap between two reads of a streaming response, in seconds.
+    /// Default: 300; must be > 0.
+    pub idle_secs: Option<u64>,
+}

@@ -1,0 +1,296 @@
+//! config.md's own example: what validates today, and what says it is not
+//! implemented yet.
+
+use rolter_balancer::StrategyKind;
+use sha2::{Digest, Sha256};
+
+use super::*;
+
+pub(super) const CONTRACT_EXAMPLE_IMPLEMENTED: &str = r#"
+[server]
+listen = ["0.0.0.0:8080"]          # proxy listeners
+admin_listen = "127.0.0.1:9090"    # admin / metrics / control API
+role = "standalone"                # standalone | gateway | control
+max_body_bytes = 33554432          # 413 above this
+require_api_key = true             # false: anonymous callers may use every route
+
+[[providers]]
+name = "gpu-a"                     # display name
+slug = "gpu-a"                     # optional; derived from name; ^[a-z0-9][a-z0-9-]{0,62}$
+base_url = "http://10.0.0.11:8000"
+api_key_env = "GPU_A_KEY"          # optional: sent upstream as a bearer token
+health_path = "/v1/models"         # optional
+
+[[providers]]
+name = "GPU B"
+base_url = "https://10.0.0.12"
+
+[[routes]]
+model = "qwen-chat"                # public model name clients send
+strategy = "weighted"              # any strategy of load-balancing.md
+targets = [
+  { provider = "gpu-a", model = "Qwen/Qwen3-8B" },            # model: upstream name (default: the public one)
+  { provider = "gpu-b", model = "Qwen/Qwen3-8B", weight = 2 }, # weight: default 1
+]
+
+[[api_keys]]                       # callers of the proxy
+name = "team-alpha"
+key_env = "TEAM_ALPHA_KEY"         # or key_sha256 = "<hex>"
+models = ["qwen-chat"]             # allowed public models / group addresses; empty = all
+providers = []                     # allowed provider slugs; empty = all
+
+[[admin_tokens]]                   # callers of the admin / control API
+name = "ops"
+token_env = "ROLTER_ADMIN_TOKEN"
+role = "superadmin"                # superadmin | admin | viewer
+
+[retry]
+max_retries = 2
+
+[timeouts]
+connect_ms = 2000
+first_byte_secs = 120              # until the upstream's response headers
+idle_secs = 300                    # between two reads of a streaming response
+"#;
+
+const EXAMPLE_ENV: &[(&str, &str)] = &[
+    ("GPU_A_KEY", "sk-upstream-a"),
+    ("TEAM_ALPHA_KEY", "sk-team-alpha"),
+    ("ROLTER_ADMIN_TOKEN", "admin-secret"),
+];
+
+#[test]
+fn contract_example_without_unimplemented_parts_validates() {
+    let config = parse(FILE, CONTRACT_EXAMPLE_IMPLEMENTED, &env_of(EXAMPLE_ENV))
+        .unwrap_or_else(|errors| panic!("{errors}"));
+    assert_eq!(config.providers.len(), 2);
+    assert_eq!(
+        config.providers[0].api_key.as_deref(),
+        Some("sk-upstream-a")
+    );
+    assert_eq!(config.providers[1].slug, "gpu-b");
+    assert_eq!(config.providers[1].base_url.port, 443);
+    let route = &config.routes[0];
+    assert_eq!(route.strategy, StrategyKind::Weighted);
+    assert_eq!(route.targets[1].provider, "gpu-b");
+    assert_eq!(route.targets[1].model, "Qwen/Qwen3-8B");
+    assert_eq!(route.targets[1].weight, 2);
+    let key = &config.api_keys[0];
+    assert_eq!(
+        key.sha256,
+        <[u8; 32]>::from(Sha256::digest(b"sk-team-alpha"))
+    );
+    assert_eq!(key.models, vec!["qwen-chat".to_string()]);
+    assert_eq!(config.admin_tokens[0].role, AdminRole::Superadmin);
+    assert_eq!(
+        config.admin_tokens[0].sha256,
+        <[u8; 32]>::from(Sha256::digest(b"admin-secret"))
+    );
+}
+
+/// config.md's example verbatim, gpu-b added.
+pub(super) const CONTRACT_EXAMPLE_VERBATIM: &str = r#"
+[server]
+listen = ["0.0.0.0:8080"]
+admin_listen = "127.0.0.1:9090"
+role = "standalone"
+max_body_bytes = 33554432
+require_api_key = true
+trusted_proxies = []
+access_log = "stdout"
+access_log_format = "json"
+
+[[server.tls]]
+listen = "0.0.0.0:8443"
+certificates = [
+  { cert_path = "/etc/rolter/tls/api.pem", key_path = "/etc/rolter/tls/api.key" },
+]
+
+[[providers]]
+name = "gpu-a"
+slug = "gpu-a"
+base_url = "http://10.0.0.11:8000"
+api_key_env = "GPU_A_KEY"
+health_path = "/v1/models"
+ca_file = "/etc/ssl/private-ca.pem"
+tls_verify = true
+[providers.kv_events]
+endpoint = "tcp://10.0.0.11:5557"
+replay_endpoint = "tcp://10.0.0.11:5558"
+topic = ""
+block_size = 16
+[providers.lmcache]
+endpoint = "http://10.0.0.11:9000/occupancy"
+
+[[providers]]
+name = "gpu-b"
+base_url = "http://10.0.0.12:8000"
+
+[[routes]]
+model = "qwen-chat"
+strategy = "cache_aware"
+targets = [
+  { provider = "gpu-a", model = "Qwen/Qwen3-8B" },
+  { provider = "gpu-b", model = "Qwen/Qwen3-8B", weight = 2 },
+]
+
+[[provider_groups]]
+name = "Edge fleet"
+slug = "edge-fleet"
+strategy = "weighted"
+members = [{ provider = "gpu-a", weight = 2 }, { provider = "gpu-b", model = "Qwen/Qwen3-8B" }]
+
+[[catalog]]
+model = "Qwen/Qwen3-8B"
+input_per_mtok = 0.10
+output_per_mtok = 0.40
+
+[[api_keys]]
+name = "team-alpha"
+key_env = "TEAM_ALPHA_KEY"
+models = ["qwen-chat"]
+providers = []
+rpm = 0
+max_concurrent = 0
+
+[[admin_tokens]]
+name = "ops"
+token_env = "ROLTER_ADMIN_TOKEN"
+role = "superadmin"
+
+[adaptive_routing]
+enabled = false
+latency_weight = 1.0
+cost_weight = 0.5
+load_weight = 0.25
+exploration_ratio = 0.05
+min_samples = 50
+
+[health]
+enabled = true
+interval_secs = 10
+timeout_secs = 2
+unhealthy_after = 3
+healthy_after = 2
+
+[breaker]
+enabled = true
+failure_threshold = 5
+open_secs = 30
+
+[parking]
+base_secs = 5
+max_secs = 300
+
+[retry]
+max_retries = 2
+
+[timeouts]
+connect_ms = 2000
+first_byte_secs = 120
+idle_secs = 300
+
+[control_plane]
+url = "http://control:9090"
+database_url_env = "DATABASE_URL"
+internal_token_env = "ROLTER_INTERNAL_TOKEN"
+node_id = ""
+"#;
+
+#[test]
+fn contract_example_verbatim_fails_only_on_unimplemented_parts() {
+    let errors = parse(FILE, CONTRACT_EXAMPLE_VERBATIM, &env_of(EXAMPLE_ENV))
+        .expect_err("unimplemented parts must not validate")
+        .0;
+    let text = CONTRACT_EXAMPLE_VERBATIM;
+    let expected: Vec<(&str, Option<usize>, &str)> = vec![
+        (
+            "server.trusted_proxies",
+            line(text, "trusted_proxies"),
+            "server.trusted_proxies",
+        ),
+        (
+            "server.access_log",
+            line(text, "access_log ="),
+            "server.access_log",
+        ),
+        (
+            "server.access_log_format",
+            line(text, "access_log_format"),
+            "server.access_log_format",
+        ),
+        ("server.tls", line(text, "[[server.tls]]"), "server.tls"),
+        (
+            "providers[0].ca_file",
+            line(text, "ca_file"),
+            "providers.ca_file",
+        ),
+        (
+            "providers[0].tls_verify",
+            line(text, "tls_verify"),
+            "providers.tls_verify",
+        ),
+        (
+            "providers[0].kv_events",
+            line(text, "[providers.kv_events]"),
+            "providers.kv_events",
+        ),
+        (
+            "providers[0].lmcache",
+            line(text, "[providers.lmcache]"),
+            "providers.lmcache",
+        ),
+        (
+            "provider_groups",
+            line(text, "[[provider_groups]]"),
+            "provider_groups",
+        ),
+        ("catalog", line(text, "[[catalog]]"), "catalog"),
+        ("api_keys[0].rpm", line(text, "rpm"), "api_keys.rpm"),
+        (
+            "api_keys[0].max_concurrent",
+            line(text, "max_concurrent"),
+            "api_keys.max_concurrent",
+        ),
+        (
+            "adaptive_routing",
+            line(text, "[adaptive_routing]"),
+            "adaptive_routing",
+        ),
+        ("health", line(text, "[health]"), "health"),
+        ("breaker", line(text, "[breaker]"), "breaker"),
+        ("parking", line(text, "[parking]"), "parking"),
+        (
+            "control_plane",
+            line(text, "[control_plane]"),
+            "control_plane",
+        ),
+    ];
+    for (path, at, contract) in &expected {
+        let error = errors
+            .iter()
+            .find(|e| e.field.as_deref() == Some(*path))
+            .unwrap_or_else(|| panic!("no error for {path}: {}", ConfigErrors(errors.clone())));
+        assert_eq!(error.line, *at, "{error}");
+        assert_eq!(
+            error.message,
+            format!("`{contract}` is part of the rolter.toml contract but is not implemented in this version yet")
+        );
+    }
+    let strategy = errors
+        .iter()
+        .find(|e| field(e) == "routes[0].strategy")
+        .expect("cache_aware is not available yet");
+    assert_eq!(
+        strategy.message,
+        "strategy `cache_aware` is not available in this version yet"
+    );
+    assert_eq!(
+        errors.len(),
+        expected.len() + 1,
+        "{}",
+        ConfigErrors(errors.clone())
+    );
+    // File order.
+    assert!(errors.windows(2).all(|w| w[0].line <= w[1].line));
+}

@@ -1,0 +1,165 @@
+//! Validation never panics, whatever the text; what it accepts keeps the
+//! invariants the gateway relies on.
+
+use super::contract::{CONTRACT_EXAMPLE_IMPLEMENTED, CONTRACT_EXAMPLE_VERBATIM};
+use super::*;
+
+/// splitmix64: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+const TOKENS: &[&str] = &[
+    "[",
+    "]",
+    "[[",
+    "]]",
+    "{",
+    "}",
+    "=",
+    ",",
+    ".",
+    "\"",
+    "'",
+    "\n",
+    " ",
+    "#",
+    "-",
+    "0",
+    "65536",
+    "-1",
+    "1e9",
+    "true",
+    "\"\"",
+    "\"x\"",
+    "\u{e9}",
+    "\u{0}",
+    "\\",
+    "\"\"\"",
+    "server",
+    "providers",
+    "routes",
+    "targets",
+    "provider",
+    "model",
+    "weight",
+    "slug",
+    "name",
+    "base_url",
+    "\"http://h:1/v1\"",
+    "\"https://[::1]\"",
+    "api_keys",
+    "key_sha256",
+    "key_env",
+    "listen",
+    "\"0.0.0.0:1\"",
+    "strategy",
+    "\"weighted\"",
+    "health",
+    "role",
+    "\"gpu-a\"",
+    "retry",
+    "timeouts",
+    "18446744073709551615",
+    "inf",
+    "nan",
+    "1979-05-27",
+    "[a.b.c]",
+    "x.y = 1",
+];
+
+fn check_never_panics(text: &str) {
+    let env = |name: &str| (name.len() % 2 == 0).then(|| format!("v-{name}"));
+    let lines = text.split('\n').count();
+    match parse("fuzz.toml", text, &env) {
+        Err(errors) => {
+            assert!(!errors.0.is_empty());
+            for error in &errors.0 {
+                assert!(!error.message.is_empty());
+                assert!(error.line.is_none_or(|l| l >= 1 && l <= lines), "{error}");
+            }
+        }
+        Ok(config) => {
+            // Invariants the gateway relies on.
+            for route in &config.routes {
+                assert!(!route.targets.is_empty());
+                for target in &route.targets {
+                    assert!(config.providers.iter().any(|p| p.slug == target.provider));
+                    assert!(target.weight >= 1);
+                }
+            }
+            for provider in &config.providers {
+                assert!(is_valid_slug(&provider.slug));
+            }
+        }
+    }
+}
+
+#[test]
+fn arbitrary_token_soup_never_panics() {
+    let mut rng = Rng(0x5EED);
+    for _ in 0..3000 {
+        let len = rng.below(40);
+        let text: String = (0..len).map(|_| TOKENS[rng.below(TOKENS.len())]).collect();
+        check_never_panics(&text);
+    }
+}
+
+#[test]
+fn mutated_contract_examples_never_panic() {
+    let mut rng = Rng(0x00C0_FFEE);
+    for case in 0..3000 {
+        let base = if case % 2 == 0 {
+            CONTRACT_EXAMPLE_IMPLEMENTED
+        } else {
+            CONTRACT_EXAMPLE_VERBATIM
+        };
+        let mut text: Vec<char> = base.chars().collect();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(text.len() + 1);
+            match rng.below(4) {
+                0 => {
+                    let end = (at + rng.below(20)).min(text.len());
+                    text.drain(at..end);
+                }
+                1 => {
+                    let token = TOKENS[rng.below(TOKENS.len())];
+                    text.splice(at..at, token.chars());
+                }
+                2 => {
+                    let end = (at + rng.below(60)).min(text.len());
+                    let copy: Vec<char> = text[at..end].to_vec();
+                    let to = rng.below(text.len() + 1);
+                    text.splice(to..to, copy);
+                }
+                _ => {
+                    if at < text.len() {
+                        text[at] = char::from(rng.below(128) as u8);
+                    }
+                }
+            }
+        }
+        check_never_panics(&text.into_iter().collect::<String>());
+    }
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    let mut rng = Rng(42);
+    for _ in 0..2000 {
+        let bytes: Vec<u8> = (0..rng.below(64)).map(|_| rng.next() as u8).collect();
+        check_never_panics(&String::from_utf8_lossy(&bytes));
+    }
+}

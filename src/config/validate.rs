@@ -1,0 +1,290 @@
+//! Validation: [`ConfigFile`] (what the file says) into [`Config`] (what
+//! rolter runs with).
+//!
+//! Every rule reports into one list instead of returning early, so that a
+//! user fixing a file sees all of its problems at once. Each report names
+//! the field path (`routes[1].targets[0].provider`) and the line the locator
+//! finds for it. A field that failed does not cascade: a provider with a bad
+//! `base_url` still resolves by slug for the routes that name it.
+//!
+//! One file per part of the file: `providers.rs`, `routes.rs`, `keys.rs`
+//! (API keys and admin tokens); `[server]`, `[retry]` and `[timeouts]` and
+//! the shared reporting helpers are here.
+
+mod keys;
+mod providers;
+mod routes;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::file::{self, ConfigFile};
+use super::locate::Locator;
+use super::{Config, ConfigError, ConfigErrors, Retry, Role, Server, Timeouts};
+
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub(super) fn validate(
+    source: &str,
+    file: ConfigFile,
+    locator: &Locator<'_>,
+    env: Env<'_>,
+) -> Result<Config, ConfigErrors> {
+    let mut v = Validator {
+        source,
+        locator,
+        env,
+        errors: Vec::new(),
+    };
+    let server = v.server(file.server);
+    let providers = v.providers(file.providers);
+    let route_models: Vec<String> = file
+        .routes
+        .iter()
+        .filter_map(|route| route.model.clone())
+        .collect();
+    let routes = v.routes(file.routes, &providers);
+    let api_keys = v.api_keys(file.api_keys, &route_models, &providers);
+    let admin_tokens = v.admin_tokens(file.admin_tokens);
+    let retry = v.retry(file.retry);
+    let timeouts = v.timeouts(file.timeouts);
+    for (field, value) in [
+        ("provider_groups", &file.provider_groups),
+        ("catalog", &file.catalog),
+        ("adaptive_routing", &file.adaptive_routing),
+        ("health", &file.health),
+        ("breaker", &file.breaker),
+        ("parking", &file.parking),
+        ("control_plane", &file.control_plane),
+    ] {
+        v.not_implemented(field, field, value);
+    }
+
+    if !v.errors.is_empty() {
+        // File order; errors without a line (none expected) first.
+        v.errors.sort_by_key(|error| error.line);
+        return Err(ConfigErrors(v.errors));
+    }
+    // No error means every table produced its validated form.
+    debug_assert!(providers.iter().all(|p| p.valid.is_some()));
+    Ok(Config {
+        source: source.to_owned(),
+        server,
+        providers: providers.into_iter().filter_map(|p| p.valid).collect(),
+        routes,
+        api_keys,
+        admin_tokens,
+        retry,
+        timeouts,
+    })
+}
+
+struct Validator<'a> {
+    source: &'a str,
+    locator: &'a Locator<'a>,
+    env: Env<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn error(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        let field = field.into();
+        self.errors.push(ConfigError {
+            file: self.source.to_owned(),
+            line: self.locator.line_of(&field),
+            field: Some(field),
+            message: message.into(),
+        });
+    }
+
+    /// Reports a contract field this version does not implement, if set.
+    /// `contract` is its name in config.md, without indices.
+    fn not_implemented(&mut self, field: &str, contract: &str, value: &Option<toml::Value>) {
+        if value.is_some() {
+            self.error(
+                field,
+                format!(
+                    "`{contract}` is part of the rolter.toml contract but is not implemented in this version yet"
+                ),
+            );
+        }
+    }
+
+    /// A required string field: reports when absent or blank.
+    fn required(&mut self, field: &str, value: Option<String>) -> Option<String> {
+        match value {
+            None => {
+                self.error(field, "is required");
+                None
+            }
+            Some(value) if value.trim().is_empty() => {
+                self.error(field, "must not be empty");
+                None
+            }
+            Some(value) => Some(value),
+        }
+    }
+
+    /// The value of the environment variable named at `field`. Never puts the
+    /// value in a message.
+    fn secret(&mut self, field: &str, var: &str) -> Option<String> {
+        if var.is_empty() || var.contains(['=', '\0']) {
+            self.error(
+                field,
+                format!("{var:?} is not an environment variable name"),
+            );
+            return None;
+        }
+        match (self.env)(var) {
+            None => self.error(field, format!("environment variable {var} is not set")),
+            Some(value) if value.is_empty() => {
+                self.error(field, format!("environment variable {var} is empty"))
+            }
+            Some(value) if value.chars().any(char::is_control) => self.error(
+                field,
+                format!(
+                    "environment variable {var} contains control characters (a trailing newline?)"
+                ),
+            ),
+            Some(value) => return Some(value),
+        }
+        None
+    }
+
+    fn server(&mut self, table: file::ServerTable) -> Server {
+        let listen = table
+            .listen
+            .unwrap_or_else(|| vec![file::DEFAULT_LISTEN.to_owned()]);
+        if listen.is_empty() {
+            self.error("server.listen", "must name at least one address");
+        }
+        let mut bound: Vec<(SocketAddr, usize)> = Vec::new();
+        for (i, address) in listen.iter().enumerate() {
+            let field = format!("server.listen[{i}]");
+            match address.parse::<SocketAddr>() {
+                Err(_) => self.error(
+                    field,
+                    format!("{address:?} is not an ip:port address (e.g. \"0.0.0.0:8080\")"),
+                ),
+                Ok(addr) => match bound.iter().find(|(other, _)| *other == addr) {
+                    Some((_, first)) => self.error(
+                        field,
+                        format!("{address:?} is already listed as server.listen[{first}]"),
+                    ),
+                    None => bound.push((addr, i)),
+                },
+            }
+        }
+        let admin_listen = table
+            .admin_listen
+            .unwrap_or_else(|| file::DEFAULT_ADMIN_LISTEN.to_owned());
+        match admin_listen.parse::<SocketAddr>() {
+            Err(_) => self.error(
+                "server.admin_listen",
+                format!("{admin_listen:?} is not an ip:port address (e.g. \"127.0.0.1:9090\")"),
+            ),
+            Ok(addr) => {
+                if let Some((_, i)) = bound.iter().find(|(other, _)| *other == addr) {
+                    self.error(
+                        "server.admin_listen",
+                        format!("{admin_listen:?} is also the proxy listener server.listen[{i}]"),
+                    );
+                }
+            }
+        }
+
+        let role_name = table.role.as_deref().unwrap_or(file::DEFAULT_ROLE);
+        let role = match role_name {
+            "standalone" => Role::Standalone,
+            "gateway" | "control" => {
+                self.error(
+                    "server.role",
+                    format!("role `{role_name}` is not available in this version yet (only \"standalone\" is)"),
+                );
+                if role_name == "gateway" {
+                    Role::Gateway
+                } else {
+                    Role::Control
+                }
+            }
+            other => {
+                self.error(
+                    "server.role",
+                    format!("unknown role {other:?} (known: standalone, gateway, control)"),
+                );
+                Role::Standalone
+            }
+        };
+
+        let max_body_bytes = table.max_body_bytes.unwrap_or(file::DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            self.error("server.max_body_bytes", "must be > 0");
+        }
+        let max_body_bytes = usize::try_from(max_body_bytes).unwrap_or_else(|_| {
+            self.error(
+                "server.max_body_bytes",
+                format!("{max_body_bytes} does not fit this platform's address space"),
+            );
+            0
+        });
+
+        self.not_implemented("server.tls", "server.tls", &table.tls);
+        self.not_implemented(
+            "server.trusted_proxies",
+            "server.trusted_proxies",
+            &table.trusted_proxies,
+        );
+        self.not_implemented("server.access_log", "server.access_log", &table.access_log);
+        self.not_implemented(
+            "server.access_log_format",
+            "server.access_log_format",
+            &table.access_log_format,
+        );
+
+        Server {
+            listen,
+            admin_listen,
+            role,
+            max_body_bytes,
+            require_api_key: table
+                .require_api_key
+                .unwrap_or(file::DEFAULT_REQUIRE_API_KEY),
+        }
+    }
+
+    fn retry(&mut self, table: file::RetryTable) -> Retry {
+        let max_retries = table.max_retries.unwrap_or(file::DEFAULT_MAX_RETRIES);
+        if max_retries > file::MAX_RETRIES_LIMIT {
+            self.error(
+                "retry.max_retries",
+                format!(
+                    "must be at most {} (got {max_retries})",
+                    file::MAX_RETRIES_LIMIT
+                ),
+            );
+        }
+        Retry { max_retries }
+    }
+
+    fn timeouts(&mut self, table: file::TimeoutsTable) -> Timeouts {
+        let mut positive = |field: &str, value: Option<u64>, default: u64| {
+            let value = value.unwrap_or(default);
+            if value == 0 {
+                self.error(format!("timeouts.{field}"), "must be > 0");
+            }
+            value
+        };
+        let connect = positive("connect_ms", table.connect_ms, file::DEFAULT_CONNECT_MS);
+        let first_byte = positive(
+            "first_byte_secs",
+            table.first_byte_secs,
+            file::DEFAULT_FIRST_BYTE_SECS,
+        );
+        let idle = positive("idle_secs", table.idle_secs, file::DEFAULT_IDLE_SECS);
+        Timeouts {
+            connect: Duration::from_millis(connect),
+            first_byte: Duration::from_secs(first_byte),
+            idle: Duration::from_secs(idle),
+        }
+    }
+}

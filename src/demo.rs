@@ -1,0 +1,121 @@
+//! `rolter demo`: three fake engines and the gateway in one process.
+//!
+//! The engines run on their own runtime thread; the gateway is the normal
+//! Pingora server, on the embedded demo configuration (`conf/demo.toml`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use pingora::server::configuration::ServerConf;
+
+use crate::config;
+use crate::fake_llm::{self, FakeLlmArgs};
+
+const DEMO_CONFIG: &str = include_str!("../conf/demo.toml");
+/// The admin token of the demo when `ROLTER_ADMIN_TOKEN` is not set.
+const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Where the gateway listens.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Where the admin API listens.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
+    /// Gateway worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+}
+
+pub fn run(args: DemoArgs) -> i32 {
+    if std::env::var_os("ROLTER_ADMIN_TOKEN").is_none() {
+        // Set before any thread starts: the demo is still single-threaded here.
+        std::env::set_var("ROLTER_ADMIN_TOKEN", DEMO_ADMIN_TOKEN);
+    }
+    let engines = match start_engines() {
+        Ok(engines) => engines,
+        Err(e) => {
+            eprintln!("rolter demo: cannot start the fake engines: {e}");
+            return 1;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("rolter-demo-{}", std::process::id()));
+    let config_path = dir.join("rolter.toml");
+    let text = DEMO_CONFIG
+        .replace("@LISTEN@", &args.listen.to_string())
+        .replace("@ADMIN_LISTEN@", &args.admin_listen.to_string())
+        .replace("@ENGINE_A@", &format!("http://{}", engines[0]))
+        .replace("@ENGINE_B@", &format!("http://{}", engines[1]))
+        .replace("@ENGINE_C@", &format!("http://{}", engines[2]));
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&config_path, text)) {
+        eprintln!("rolter demo: cannot write {}: {e}", config_path.display());
+        return 1;
+    }
+    let config = match config::load(&config_path) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+
+    let token = std::env::var("ROLTER_ADMIN_TOKEN").unwrap_or_default();
+    println!(
+        "\nrolter demo: gateway on http://{listen}, admin on http://{admin}\n\
+         fake engines: {a}, {b}, {c}\n\
+         configuration: {path} (edit it, then reload)\n\n\
+         try:\n  \
+         curl -s http://{listen}/v1/chat/completions -H 'content-type: application/json' \\\n    \
+         -d '{{\"model\":\"chat\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n  \
+         curl -sN http://{listen}/v1/chat/completions -H 'content-type: application/json' \\\n    \
+         -d '{{\"model\":\"chat\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n  \
+         curl -s http://{admin}/admin/routes -H 'authorization: Bearer {token}'\n  \
+         curl -s -X POST http://{admin}/admin/reload -H 'authorization: Bearer {token}'\n  \
+         curl -s http://{admin}/metrics\n",
+        listen = args.listen,
+        admin = args.admin_listen,
+        a = engines[0],
+        b = engines[1],
+        c = engines[2],
+        path = config_path.display(),
+    );
+
+    let conf = ServerConf {
+        threads: args.threads,
+        pid_file: dir.join("rolter.pid").display().to_string(),
+        upgrade_sock: dir.join("upgrade.sock").display().to_string(),
+        grace_period_seconds: Some(1),
+        graceful_shutdown_timeout_seconds: Some(5),
+        ..ServerConf::default()
+    };
+    crate::serve::run_with_conf(conf, config, &PathBuf::from(&config_path))
+}
+
+/// Binds three engines on free loopback ports and serves them on a runtime thread.
+fn start_engines() -> std::io::Result<Vec<SocketAddr>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let mut addrs = Vec::new();
+    for (name, ttft_ms) in [("engine-a", 40), ("engine-b", 60), ("engine-c", 80)] {
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        addrs.push(listener.local_addr()?);
+        let engine = FakeLlmArgs {
+            name: name.to_string(),
+            ttft_ms,
+            token_delay_ms: 15,
+            ..FakeLlmArgs::default()
+        };
+        runtime.spawn(async move {
+            if let Err(e) = fake_llm::serve(engine, listener).await {
+                log::error!("fake engine {name} stopped: {e}");
+            }
+        });
+    }
+    std::thread::Builder::new()
+        .name("demo-engines".to_string())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    Ok(addrs)
+}

@@ -1,0 +1,155 @@
+//! Errors the gateway answers itself, and the one place that maps them to an
+//! HTTP status and OpenAI's error JSON: `{"error": {"message", "type", "param", "code"}}`.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::openai::RequestError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("Unknown endpoint: {method} {path}. rolter serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models.")]
+    UnknownEndpoint { method: String, path: String },
+    #[error("Method {method} is not allowed on {path}; use {allowed}.")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allowed: &'static str,
+    },
+    #[error("Missing API key: send it as `Authorization: Bearer <key>`.")]
+    MissingApiKey,
+    #[error("Invalid API key.")]
+    InvalidApiKey,
+    #[error("The API key `{key}` may not use the model `{model}`.")]
+    ModelNotAllowed { key: String, model: String },
+    #[error("The API key `{key}` may not use any provider serving the model `{model}`.")]
+    NoAllowedProvider { key: String, model: String },
+    #[error("The request body is larger than the limit of {limit} bytes.")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    BadRequest(#[from] RequestError),
+    #[error("The model `{model}` does not exist.")]
+    UnknownModel { model: String },
+    #[error("No eligible target for the model `{model}`: {reason}.")]
+    NoEligibleTarget { model: String, reason: String },
+    #[error("Every attempt for the model `{model}` failed; last: {last}.")]
+    UpstreamFailed { model: String, last: String },
+    #[error("Reading the request body failed: {0}.")]
+    BodyRead(String),
+}
+
+/// OpenAI's error object.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    message: String,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: Option<&'a str>,
+}
+
+impl GatewayError {
+    pub fn status(&self) -> u16 {
+        match self {
+            GatewayError::UnknownEndpoint { .. } | GatewayError::UnknownModel { .. } => 404,
+            GatewayError::MethodNotAllowed { .. } => 405,
+            GatewayError::MissingApiKey | GatewayError::InvalidApiKey => 401,
+            GatewayError::ModelNotAllowed { .. } | GatewayError::NoAllowedProvider { .. } => 403,
+            GatewayError::BodyTooLarge { .. } => 413,
+            GatewayError::BadRequest(_) | GatewayError::BodyRead(_) => 400,
+            GatewayError::NoEligibleTarget { .. } => 503,
+            GatewayError::UpstreamFailed { .. } => 502,
+        }
+    }
+
+    /// OpenAI's `type`, `param` and `code` for this error.
+    fn classify(&self) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+        match self {
+            GatewayError::UnknownEndpoint { .. } => {
+                ("invalid_request_error", None, Some("unknown_url"))
+            }
+            GatewayError::MethodNotAllowed { .. } => {
+                ("invalid_request_error", None, Some("method_not_allowed"))
+            }
+            GatewayError::MissingApiKey | GatewayError::InvalidApiKey => {
+                ("authentication_error", None, Some("invalid_api_key"))
+            }
+            GatewayError::ModelNotAllowed { .. } | GatewayError::NoAllowedProvider { .. } => {
+                ("permission_error", Some("model"), Some("model_not_allowed"))
+            }
+            GatewayError::BodyTooLarge { .. } => {
+                ("invalid_request_error", None, Some("request_too_large"))
+            }
+            GatewayError::BadRequest(e) => ("invalid_request_error", e.param(), None),
+            GatewayError::BodyRead(_) => ("invalid_request_error", None, None),
+            GatewayError::UnknownModel { .. } => (
+                "invalid_request_error",
+                Some("model"),
+                Some("model_not_found"),
+            ),
+            GatewayError::NoEligibleTarget { .. } => {
+                ("server_error", None, Some("no_eligible_target"))
+            }
+            GatewayError::UpstreamFailed { .. } => ("server_error", None, Some("upstream_error")),
+        }
+    }
+
+    /// The JSON body sent to the client.
+    pub fn body(&self) -> Bytes {
+        let (kind, param, code) = self.classify();
+        let body = ErrorBody {
+            error: ErrorObject {
+                message: self.to_string(),
+                kind,
+                param,
+                code,
+            },
+        };
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_has_openai_shape_with_param() {
+        let error = GatewayError::BadRequest(RequestError::ModelNotString);
+        assert_eq!(error.status(), 400);
+        let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
+        assert_eq!(json["error"]["message"], "`model` must be a string");
+        assert_eq!(json["error"]["type"], "invalid_request_error");
+        assert_eq!(json["error"]["param"], "model");
+        assert!(json["error"]["code"].is_null());
+    }
+
+    #[test]
+    fn statuses_follow_the_contract() {
+        let model = || "m".to_string();
+        assert_eq!(GatewayError::UnknownModel { model: model() }.status(), 404);
+        assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
+        assert_eq!(GatewayError::InvalidApiKey.status(), 401);
+        assert_eq!(
+            GatewayError::ModelNotAllowed {
+                key: "k".into(),
+                model: model()
+            }
+            .status(),
+            403
+        );
+        assert_eq!(
+            GatewayError::NoEligibleTarget {
+                model: model(),
+                reason: "r".into()
+            }
+            .status(),
+            503
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! Reading OpenAI request bodies, leniently where vLLM is lenient and with
+//! vLLM's 400s where it is not.
+//!
+//! Only what the simulation needs is read: `model`, `stream`,
+//! `stream_options.include_usage`, the output length, and the prompt text
+//! (for a `prompt_tokens` of about one token per four bytes of text, the
+//! usual rule of thumb for English and BPE tokenizers).
+
+use serde_json::{Map, Value};
+
+use super::args::MAX_OUTPUT_TOKENS;
+use super::error::ApiError;
+
+/// Which text-generation API a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GenerationKind {
+    /// `/v1/chat/completions`.
+    Chat,
+    /// `/v1/completions`.
+    Completion,
+}
+
+/// A chat or completions request, as far as the simulation cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GenerationRequest {
+    pub(crate) kind: GenerationKind,
+    pub(crate) model: String,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+    /// Tokens to generate.
+    pub(crate) output_tokens: u32,
+    /// `"length"` when the request set the limit we stop at; `"stop"` when
+    /// the engine default ended generation, as if the model emitted EOS.
+    pub(crate) finish_reason: &'static str,
+    pub(crate) prompt_tokens: u64,
+}
+
+/// An embeddings request.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EmbeddingRequest {
+    pub(crate) model: String,
+    /// One entry per embedding to return: a string or a list of token ids.
+    pub(crate) inputs: Vec<Value>,
+    pub(crate) prompt_tokens: u64,
+}
+
+/// The body as a JSON object, or vLLM's 400.
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request(
+            None,
+            "The request body must be a JSON object.",
+        )),
+        Err(err) => Err(ApiError::bad_request(
+            None,
+            format!("Invalid JSON in request body: {err}"),
+        )),
+    }
+}
+
+fn model(map: &Map<String, Value>) -> Result<String, ApiError> {
+    match map.get("model") {
+        Some(Value::String(model)) => Ok(model.clone()),
+        None | Some(Value::Null) => Err(ApiError::bad_request(
+            Some("model"),
+            "Field `model` is required.",
+        )),
+        Some(_) => Err(ApiError::bad_request(
+            Some("model"),
+            "Field `model` must be a string.",
+        )),
+    }
+}
+
+/// A field that is absent or `null` reads as `None`.
+fn present<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    map.get(field).filter(|value| !value.is_null())
+}
+
+fn flag(map: &Map<String, Value>, field: &'static str) -> Result<bool, ApiError> {
+    match present(map, field) {
+        None => Ok(false),
+        Some(Value::Bool(value)) => Ok(*value),
+        Some(_) => Err(ApiError::bad_request(
+            Some(field),
+            format!("Field `{field}` must be a boolean."),
+        )),
+    }
+}
+
+/// Reads a chat or completions request. `default_tokens` is the engine's
+/// output length for requests that give none.
+pub(crate) fn parse_generation(
+    kind: GenerationKind,
+    body: &[u8],
+    default_tokens: u32,
+) -> Result<GenerationRequest, ApiError> {
+    let map = parse_object(body)?;
+    let model = model(&map)?;
+    let stream = flag(&map, "stream")?;
+    let include_usage = match present(&map, "stream_options") {
+        None => false,
+        Some(Value::Object(options)) => flag(options, "include_usage")?,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                Some("stream_options"),
+                "Field `stream_options` must be an object.",
+            ))
+        }
+    };
+    // vLLM reads `max_completion_tokens` first on chat (OpenAI's newer name).
+    let limit_field = match kind {
+        GenerationKind::Chat if present(&map, "max_completion_tokens").is_some() => {
+            "max_completion_tokens"
+        }
+        _ => "max_tokens",
+    };
+    let (output_tokens, finish_reason) = match present(&map, limit_field) {
+        None => (default_tokens, "stop"),
+        Some(value) => (output_limit(limit_field, value)?, "length"),
+    };
+    let prompt_bytes = match kind {
+        GenerationKind::Chat => map.get("messages").map_or(0, message_text_bytes),
+        GenerationKind::Completion => map.get("prompt").map_or(0, prompt_bytes),
+    };
+    Ok(GenerationRequest {
+        kind,
+        model,
+        stream,
+        include_usage,
+        output_tokens,
+        finish_reason,
+        prompt_tokens: tokens_for(prompt_bytes),
+    })
+}
+
+fn output_limit(field: &'static str, value: &Value) -> Result<u32, ApiError> {
+    let Some(limit) = value.as_u64() else {
+        return Err(ApiError::bad_request(
+            Some(field),
+            format!("`{field}` must be a non-negative integer."),
+        ));
+    };
+    if limit == 0 {
+        return Err(ApiError::bad_request(
+            Some(field),
+            format!("{field} must be at least 1, got 0."),
+        ));
+    }
+    match u32::try_from(limit) {
+        Ok(limit) if limit <= MAX_OUTPUT_TOKENS => Ok(limit),
+        _ => Err(ApiError::bad_request(
+            Some(field),
+            format!("`{field}` is too large: {limit}. This model's maximum output length is {MAX_OUTPUT_TOKENS} tokens."),
+        )),
+    }
+}
+
+/// Reads an embeddings request: `input` is a string, a list of strings, a
+/// list of token ids, or a list of lists of token ids.
+pub(crate) fn parse_embedding(body: &[u8]) -> Result<EmbeddingRequest, ApiError> {
+    let map = parse_object(body)?;
+    let model = model(&map)?;
+    let inputs = match present(&map, "input") {
+        Some(Value::String(_)) => map.get("input").cloned().into_iter().collect(),
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(ApiError::bad_request(
+                Some("input"),
+                "Field `input` must not be empty.",
+            ))
+        }
+        Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
+            vec![Value::Array(items.clone())]
+        }
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                Some("input"),
+                "Field `input` must be a string or a list.",
+            ))
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                Some("input"),
+                "Field `input` is required.",
+            ))
+        }
+    };
+    let prompt_tokens = inputs
+        .iter()
+        .map(|input| tokens_for(prompt_bytes(input)))
+        .sum();
+    Ok(EmbeddingRequest {
+        model,
+        inputs,
+        prompt_tokens,
+    })
+}
+
+/// About one token per four bytes of text, at least one.
+fn tokens_for(text_bytes: usize) -> u64 {
+    (text_bytes as u64).div_ceil(4).max(1)
+}
+
+/// Text bytes of a chat conversation: string contents and text parts.
+fn message_text_bytes(messages: &Value) -> usize {
+    let Value::Array(messages) = messages else {
+        return 0;
+    };
+    messages
+        .iter()
+        .map(|message| match message.get("content") {
+            Some(Value::String(text)) => text.len(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .map(str::len)
+                .sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Text bytes of a completions prompt or an embeddings input; a token id
+/// counts as four bytes so it comes back as one token.
+fn prompt_bytes(prompt: &Value) -> usize {
+    match prompt {
+        Value::String(text) => text.len(),
+        Value::Number(_) => 4,
+        Value::Array(items) => items.iter().map(prompt_bytes).sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[test]
+    fn chat_reads_limits_and_prompt() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"12345678"},
+            {"role":"user","content":[{"type":"text","text":"abcd"},{"type":"image_url","image_url":{"url":"x"}}]}],
+            "max_tokens":3,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#;
+        let request = parse_generation(GenerationKind::Chat, body, 16);
+        let request = request.ok();
+        assert_eq!(
+            request,
+            Some(GenerationRequest {
+                kind: GenerationKind::Chat,
+                model: "m".into(),
+                stream: true,
+                include_usage: true,
+                output_tokens: 5,
+                finish_reason: "length",
+                prompt_tokens: 3,
+            })
+        );
+    }
+
+    #[test]
+    fn missing_limit_uses_default_and_stops() {
+        let request = parse_generation(
+            GenerationKind::Completion,
+            br#"{"model":"m","prompt":[1,2,3]}"#,
+            7,
+        )
+        .ok();
+        assert_eq!(
+            request.as_ref().map(|r| (r.output_tokens, r.finish_reason)),
+            Some((7, "stop"))
+        );
+        assert_eq!(request.map(|r| r.prompt_tokens), Some(3));
+    }
+
+    #[test]
+    fn bad_requests_are_400s() {
+        for body in [
+            &b"{not json"[..],
+            b"[1]",
+            br#"{"messages":[]}"#,
+            br#"{"model":7}"#,
+            br#"{"model":"m","stream":"yes"}"#,
+            br#"{"model":"m","max_tokens":0}"#,
+            br#"{"model":"m","max_tokens":-3}"#,
+            br#"{"model":"m","max_tokens":99999999999}"#,
+        ] {
+            let err = parse_generation(GenerationKind::Chat, body, 16).err();
+            assert_eq!(
+                err.map(|e| e.status),
+                Some(StatusCode::BAD_REQUEST),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn embedding_inputs_are_split_like_openai() {
+        let count = |body: &[u8]| parse_embedding(body).ok().map(|r| r.inputs.len());
+        assert_eq!(count(br#"{"model":"m","input":"a"}"#), Some(1));
+        assert_eq!(count(br#"{"model":"m","input":["a","b"]}"#), Some(2));
+        assert_eq!(count(br#"{"model":"m","input":[1,2,3]}"#), Some(1));
+        assert_eq!(count(br#"{"model":"m","input":[[1],[2]]}"#), Some(2));
+        assert_eq!(count(br#"{"model":"m","input":[]}"#), None);
+        assert_eq!(count(br#"{"model":"m"}"#), None);
+    }
+}

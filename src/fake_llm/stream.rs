@@ -1,0 +1,296 @@
+//! Server-sent events, one per token, as vLLM sends them.
+//!
+//! Chat: a chunk with `delta.role = "assistant"` after the time to first
+//! token, then one chunk per token, one token delay apart, then a chunk with
+//! `finish_reason` and an empty delta. Completions: one `text_completion`
+//! chunk per token (the first after the time to first token), then the
+//! `finish_reason` chunk one token delay later. Both end with a usage chunk
+//! (`choices: []`) when `stream_options.include_usage` is set, and
+//! `data: [DONE]`. Either way the `finish_reason` chunk leaves
+//! `ttft + n * token_delay` after the request, the same time a non-streaming
+//! answer takes.
+//!
+//! Each chunk is rendered when its time comes and handed to hyper, which
+//! writes it at once: the body is a stream, never built up front.
+//!
+//! With `reset_after_chunks = K` the stream fails after K chunks (or at its
+//! end, if shorter) so hyper drops the connection without the final
+//! zero-length chunk, as an engine that crashes mid-answer would.
+
+use std::io;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::stream;
+use serde_json::Value;
+
+use super::model::token;
+use super::request::GenerationKind;
+use super::stats::RequestGuard;
+
+/// Everything a token stream needs, fixed when the request arrives.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamPlan {
+    pub(crate) kind: GenerationKind,
+    pub(crate) id: String,
+    pub(crate) created: u64,
+    pub(crate) model: String,
+    pub(crate) output_tokens: u32,
+    pub(crate) finish_reason: &'static str,
+    pub(crate) include_usage: bool,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) ttft_ms: u64,
+    pub(crate) token_delay_ms: u64,
+    pub(crate) reset_after_chunks: Option<u64>,
+}
+
+/// One SSE event of the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Role,
+    Token(u32),
+    Finish,
+    Usage,
+    Done,
+}
+
+impl StreamPlan {
+    /// Event number `k` of the stream and the milliseconds to wait before
+    /// sending it; `None` past the end.
+    fn event_at(&self, k: u64) -> Option<(Event, u64)> {
+        let tokens = u64::from(self.output_tokens);
+        let chat = self.kind == GenerationKind::Chat;
+        let mut k = k;
+        if chat {
+            if k == 0 {
+                return Some((Event::Role, self.ttft_ms));
+            }
+            k -= 1;
+        }
+        if k < tokens {
+            let first = if chat {
+                self.token_delay_ms
+            } else {
+                self.ttft_ms
+            };
+            let delay = if k == 0 { first } else { self.token_delay_ms };
+            // k < tokens <= u32::MAX, so the conversion cannot fail.
+            return u32::try_from(k)
+                .ok()
+                .map(|index| (Event::Token(index), delay));
+        }
+        k -= tokens;
+        if k == 0 {
+            return Some((Event::Finish, if chat { 0 } else { self.token_delay_ms }));
+        }
+        k -= 1;
+        if self.include_usage {
+            if k == 0 {
+                return Some((Event::Usage, 0));
+            }
+            k -= 1;
+        }
+        (k == 0).then_some((Event::Done, 0))
+    }
+
+    /// The start every chunk of this stream shares: `{"id":…,"object":…,"created":…,"model":…,`.
+    fn chunk_prefix(&self) -> String {
+        let object = match self.kind {
+            GenerationKind::Chat => "chat.completion.chunk",
+            GenerationKind::Completion => "text_completion",
+        };
+        format!(
+            r#"{{"id":{},"object":"{object}","created":{},"model":{},"#,
+            Value::String(self.id.clone()),
+            self.created,
+            Value::String(self.model.clone()),
+        )
+    }
+}
+
+/// The state between two chunks.
+struct TokenStream {
+    plan: StreamPlan,
+    prefix: String,
+    /// Index of the next event.
+    next: u64,
+    ended: bool,
+    guard: RequestGuard,
+}
+
+impl TokenStream {
+    async fn step(mut self) -> Option<(io::Result<Bytes>, Self)> {
+        if self.ended {
+            return None;
+        }
+        let next = self.plan.event_at(self.next);
+        if let Some(limit) = self.plan.reset_after_chunks {
+            if self.next >= limit || next.is_none() {
+                self.ended = true;
+                self.guard.reset();
+                // Let hyper flush the chunks sent so far first: an error it
+                // sees right behind them makes it drop its write buffer.
+                tokio::task::yield_now().await;
+                let error = io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "fake-llm: reset_after_chunks",
+                );
+                return Some((Err(error), self));
+            }
+        }
+        // Past the end without a reset: the guard was completed with [DONE].
+        let (event, delay_ms) = next?;
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        self.next += 1;
+        if event == Event::Done && self.plan.reset_after_chunks.is_none() {
+            // Finished once the last chunk is handed over: a client that
+            // reads [DONE] and hangs up at once has not cancelled anything.
+            self.guard.complete();
+        }
+        Some((Ok(self.render(event)), self))
+    }
+
+    fn render(&self, event: Event) -> Bytes {
+        if event == Event::Done {
+            return Bytes::from_static(b"data: [DONE]\n\n");
+        }
+        let chat = self.plan.kind == GenerationKind::Chat;
+        let mut out = String::with_capacity(self.prefix.len() + 160);
+        out.push_str("data: ");
+        out.push_str(&self.prefix);
+        match event {
+            Event::Role => out.push_str(
+                r#""choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            ),
+            Event::Token(index) if chat => out.push_str(&format!(
+                r#""choices":[{{"index":0,"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":null}}]}}"#,
+                token(index)
+            )),
+            Event::Token(index) => out.push_str(&format!(
+                r#""choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":null,"stop_reason":null}}]}}"#,
+                token(index)
+            )),
+            Event::Finish if chat => out.push_str(&format!(
+                r#""choices":[{{"index":0,"delta":{{}},"logprobs":null,"finish_reason":"{}","stop_reason":null}}]}}"#,
+                self.plan.finish_reason
+            )),
+            Event::Finish => out.push_str(&format!(
+                r#""choices":[{{"index":0,"text":"","logprobs":null,"finish_reason":"{}","stop_reason":null}}]}}"#,
+                self.plan.finish_reason
+            )),
+            Event::Usage => {
+                let completion = u64::from(self.plan.output_tokens);
+                out.push_str(&format!(
+                    r#""choices":[],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion}}}}}"#,
+                    self.plan.prompt_tokens,
+                    self.plan.prompt_tokens.saturating_add(completion),
+                ));
+            }
+            Event::Done => {}
+        }
+        out.push_str("\n\n");
+        Bytes::from(out)
+    }
+}
+
+/// The SSE body of a streamed answer; `guard` stays in flight until the
+/// stream ends or is dropped.
+pub(crate) fn sse_body(plan: StreamPlan, guard: RequestGuard) -> Body {
+    let prefix = plan.chunk_prefix();
+    let state = TokenStream {
+        plan,
+        prefix,
+        next: 0,
+        ended: false,
+        guard,
+    };
+    Body::from_stream(stream::unfold(state, TokenStream::step))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(kind: GenerationKind, include_usage: bool) -> StreamPlan {
+        StreamPlan {
+            kind,
+            id: "id-1".into(),
+            created: 1,
+            model: "m\"q".into(),
+            output_tokens: 2,
+            finish_reason: "length",
+            include_usage,
+            prompt_tokens: 4,
+            ttft_ms: 100,
+            token_delay_ms: 10,
+            reset_after_chunks: None,
+        }
+    }
+
+    fn events(plan: &StreamPlan) -> Vec<(Event, u64)> {
+        (0..).map_while(|k| plan.event_at(k)).collect()
+    }
+
+    #[test]
+    fn chat_paces_role_then_tokens() {
+        assert_eq!(
+            events(&plan(GenerationKind::Chat, true)),
+            vec![
+                (Event::Role, 100),
+                (Event::Token(0), 10),
+                (Event::Token(1), 10),
+                (Event::Finish, 0),
+                (Event::Usage, 0),
+                (Event::Done, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn completion_paces_tokens_then_finish() {
+        assert_eq!(
+            events(&plan(GenerationKind::Completion, false)),
+            vec![
+                (Event::Token(0), 100),
+                (Event::Token(1), 10),
+                (Event::Finish, 10),
+                (Event::Done, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_chunk_is_valid_json_with_escaped_model() {
+        for kind in [GenerationKind::Chat, GenerationKind::Completion] {
+            let plan = plan(kind, true);
+            let stats = std::sync::Arc::new(super::super::stats::Stats::default());
+            let guard = stats.begin(super::super::stats::Endpoint::ChatCompletions, 0);
+            let stream = TokenStream {
+                prefix: plan.chunk_prefix(),
+                plan,
+                next: 0,
+                ended: false,
+                guard,
+            };
+            for (event, _) in events(&stream.plan) {
+                let bytes = stream.render(event);
+                let text = String::from_utf8_lossy(&bytes);
+                let payload = text
+                    .strip_prefix("data: ")
+                    .and_then(|t| t.strip_suffix("\n\n"));
+                assert!(payload.is_some(), "{text}");
+                let payload = payload.unwrap_or_default();
+                if event == Event::Done {
+                    assert_eq!(payload, "[DONE]");
+                    continue;
+                }
+                let json: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+                assert_eq!(json["model"], "m\"q", "{payload}");
+                assert_eq!(json["id"], "id-1");
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! rolter: an LLM inference gateway on Pingora.
+//!
+//! The pure balancer lives in the `rolter-balancer` crate; everything that
+//! touches the network lives here.
+
+pub mod admin;
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod fake_llm;
+pub mod metrics;
+pub mod openai;
+pub mod proxy;
+pub mod serve;
+pub mod signals;
+pub mod snapshot;
+pub mod state;
+pub mod tracker;

@@ -1,0 +1,61 @@
+//! The `rolter` command.
+
+use clap::{Parser, Subcommand};
+
+use rolter::{config, demo, fake_llm, serve};
+
+#[derive(Parser)]
+#[command(
+    name = "rolter",
+    version,
+    about = "An LLM inference gateway on Pingora"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (Pingora's -c, -u, -d, -t keep their meaning).
+    Serve(serve::ServeArgs),
+    /// Validate rolter.toml and exit non-zero with the reasons, like `nginx -t`.
+    Check {
+        #[arg(long, value_name = "FILE", default_value = "conf/rolter.toml")]
+        config: std::path::PathBuf,
+    },
+    /// Run an OpenAI-compatible fake engine (tests, demos, load tests).
+    FakeLlm(fake_llm::FakeLlmArgs),
+    /// Run three fake engines and the gateway on the embedded demo configuration.
+    Demo(demo::DemoArgs),
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let code = match Cli::parse().command {
+        Command::Serve(args) => serve::run(args),
+        Command::Check { config } => check(&config),
+        Command::FakeLlm(args) => fake_llm::run(args),
+        Command::Demo(args) => demo::run(args),
+    };
+    std::process::exit(code);
+}
+
+fn check(path: &std::path::Path) -> i32 {
+    match config::load(path) {
+        Ok(config) => {
+            println!(
+                "rolter: configuration file {} test is successful ({} providers, {} routes)",
+                path.display(),
+                config.providers.len(),
+                config.routes.len()
+            );
+            0
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("rolter: configuration file {} test failed", path.display());
+            1
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Prometheus metrics of the gateway.
+//!
+//! One registry per process. Label values are fixed at snapshot build where
+//! possible ([`RouteMetrics`], [`TargetMetrics`] hold resolved handles), so the
+//! request path does not hash label sets for its histograms and counters.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::tracker::LoadTracker;
+
+/// Buckets for upstream latencies, in seconds: LLM calls run from
+/// milliseconds (embeddings, cached prefills) to minutes (long generations).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    upstream_latency: HistogramVec,
+    time_to_first_byte: HistogramVec,
+    picks: IntCounterVec,
+    in_flight: IntGaugeVec,
+    upstream_failures: IntCounterVec,
+    reloads: IntCounterVec,
+    config_version: IntGauge,
+}
+
+/// Handles of one route, resolved when the snapshot is built.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    pub picks: IntCounter,
+}
+
+/// Handles of one target within one route.
+#[derive(Clone)]
+pub struct TargetMetrics {
+    pub upstream_latency: Histogram,
+    pub time_to_first_byte: Histogram,
+}
+
+/// Why an attempt at a target failed, as a fixed label value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    Connect,
+    Status,
+    Stream,
+}
+
+impl FailureReason {
+    fn label(self) -> &'static str {
+        match self {
+            FailureReason::Connect => "connect",
+            FailureReason::Status => "status",
+            FailureReason::Stream => "stream",
+        }
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "rolter_requests_total",
+                "Proxied requests by route, final target and status sent to the client.",
+            ),
+            &["route", "target", "status"],
+        )
+        .expect("static metric definition");
+        let upstream_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "rolter_upstream_latency_seconds",
+                "Time from dispatch to the end of the upstream response.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["route", "target"],
+        )
+        .expect("static metric definition");
+        let time_to_first_byte = HistogramVec::new(
+            HistogramOpts::new(
+                "rolter_time_to_first_byte_seconds",
+                "Time from dispatch to the upstream's response headers.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["route", "target"],
+        )
+        .expect("static metric definition");
+        let picks = IntCounterVec::new(
+            Opts::new(
+                "rolter_balancer_picks_total",
+                "Balancer picks by route and strategy.",
+            ),
+            &["route", "strategy"],
+        )
+        .expect("static metric definition");
+        let in_flight = IntGaugeVec::new(
+            Opts::new("rolter_target_in_flight", "Requests in flight per target."),
+            &["target"],
+        )
+        .expect("static metric definition");
+        let upstream_failures = IntCounterVec::new(
+            Opts::new(
+                "rolter_upstream_failures_total",
+                "Failed attempts per target and reason (connect, status, stream).",
+            ),
+            &["target", "reason"],
+        )
+        .expect("static metric definition");
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "rolter_config_reloads_total",
+                "Configuration reloads by result.",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition");
+        let config_version = IntGauge::new(
+            "rolter_config_version",
+            "Version of the configuration snapshot being served.",
+        )
+        .expect("static metric definition");
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(upstream_latency.clone()),
+            Box::new(time_to_first_byte.clone()),
+            Box::new(picks.clone()),
+            Box::new(in_flight.clone()),
+            Box::new(upstream_failures.clone()),
+            Box::new(reloads.clone()),
+            Box::new(config_version.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        Self {
+            registry,
+            requests,
+            upstream_latency,
+            time_to_first_byte,
+            picks,
+            in_flight,
+            upstream_failures,
+            reloads,
+            config_version,
+        }
+    }
+
+    pub fn route(&self, route: &str, strategy: &str) -> RouteMetrics {
+        RouteMetrics {
+            picks: self.picks.with_label_values(&[route, strategy]),
+        }
+    }
+
+    pub fn target(&self, route: &str, target: &str) -> TargetMetrics {
+        TargetMetrics {
+            upstream_latency: self.upstream_latency.with_label_values(&[route, target]),
+            time_to_first_byte: self.time_to_first_byte.with_label_values(&[route, target]),
+        }
+    }
+
+    pub fn record_request(&self, route: &str, target: &str, status: u16) {
+        let mut buf = itoa_buf();
+        self.requests
+            .with_label_values(&[route, target, status_label(status, &mut buf)])
+            .inc();
+    }
+
+    pub fn record_upstream_failure(&self, target: &str, reason: FailureReason) {
+        self.upstream_failures
+            .with_label_values(&[target, reason.label()])
+            .inc();
+    }
+
+    pub fn record_reload(&self, ok: bool) {
+        self.reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+    }
+
+    pub fn set_config_version(&self, version: u64) {
+        self.config_version.set(version as i64);
+    }
+
+    /// Prometheus text exposition, with the in-flight gauges read from the tracker.
+    pub fn render(&self, tracker: &LoadTracker) -> String {
+        for (id, stats) in tracker.entries() {
+            self.in_flight
+                .with_label_values(&[&id.to_string()])
+                .set(stats.in_flight() as i64);
+        }
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::error!("encoding metrics failed: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn itoa_buf() -> [u8; 3] {
+    [b'0'; 3]
+}
+
+/// Three-digit status as a label without allocating.
+fn status_label(status: u16, buf: &mut [u8; 3]) -> &str {
+    let status = status.min(999);
+    buf[0] = b'0' + (status / 100) as u8;
+    buf[1] = b'0' + (status / 10 % 10) as u8;
+    buf[2] = b'0' + (status % 10) as u8;
+    std::str::from_utf8(buf).unwrap_or("000")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::TargetId;
+
+    #[test]
+    fn status_label_is_three_digits() {
+        let mut buf = itoa_buf();
+        assert_eq!(status_label(200, &mut buf), "200");
+        assert_eq!(status_label(503, &mut buf), "503");
+        assert_eq!(status_label(7, &mut buf), "007");
+    }
+
+    #[test]
+    fn render_reports_requests_and_in_flight() {
+        let metrics = Metrics::new();
+        let tracker = LoadTracker::new();
+        let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let _guard = stats.begin();
+        metrics.record_request("chat", "gpu-a/m", 200);
+        let text = metrics.render(&tracker);
+        assert!(
+            text.contains(r#"rolter_requests_total{route="chat",status="200",target="gpu-a/m"} 1"#)
+        );
+        assert!(text.contains(r#"rolter_target_in_flight{target="gpu-a/m"} 1"#));
+    }
+}

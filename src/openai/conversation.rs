@@ -1,0 +1,129 @@
+//! The routing view of a conversation: its text, bounded, and a digest of all of it.
+//!
+//! Prefix affinity needs the conversation's text in order, turn by turn; it
+//! never needs more than its beginning, so the text is capped at
+//! [`RouteContext::MAX_PROMPT_BYTES`] on a character boundary. The length and
+//! the digest cover the whole conversation, including the identity (a hash,
+//! not the bytes) of images, audio, tool calls and tool results, so two
+//! conversations that differ only past the cap, or only in an image, still
+//! digest differently.
+
+use rolter_balancer::{bound_prompt, RouteContext};
+use xxhash_rust::xxh3::Xxh3;
+
+/// Separates turns in the text (and the digest), so "ab" + "c" ≠ "a" + "bc".
+const TURN_SEPARATOR: &str = "\n";
+
+pub struct Conversation {
+    text: String,
+    len: usize,
+    digest: Xxh3,
+}
+
+impl Default for Conversation {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Conversation {
+    pub fn new() -> Self {
+        Self {
+            text: String::new(),
+            len: 0,
+            digest: Xxh3::new(),
+        }
+    }
+
+    /// Appends text that belongs to the conversation.
+    pub fn push_text(&mut self, text: &str) {
+        self.len += text.len();
+        self.digest.update(text.as_bytes());
+        let room = RouteContext::MAX_PROMPT_BYTES.saturating_sub(self.text.len());
+        if room > 0 {
+            self.text.push_str(bound_prompt(text, room));
+        }
+    }
+
+    /// Separates what follows from what came before.
+    pub fn push_separator(&mut self) {
+        if self.len > 0 {
+            self.push_text(TURN_SEPARATOR);
+        }
+    }
+
+    /// Starts a new turn spoken by `role`.
+    pub fn push_turn(&mut self, role: &str) {
+        self.push_separator();
+        self.push_text(role);
+        self.push_text(": ");
+    }
+
+    /// Records something by identity only (an image, a tool call): it changes
+    /// the digest but adds no routing text.
+    pub fn push_identity(&mut self, kind: &str, bytes: &[u8]) {
+        self.digest.update(kind.as_bytes());
+        self.digest
+            .update(&xxhash_rust::xxh3::xxh3_64(bytes).to_le_bytes());
+    }
+
+    /// Records token ids (a tokenized prompt): digest only.
+    pub fn push_token_ids(&mut self, ids: &[u32]) {
+        self.digest.update(b"tokens");
+        for id in ids {
+            self.digest.update(&id.to_le_bytes());
+        }
+    }
+
+    /// Bounded text, whole length, digest.
+    pub fn finish(self) -> (String, usize, u64) {
+        (self.text, self.len, self.digest.digest())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_bounded_on_a_char_boundary_but_length_counts_everything() {
+        let mut c = Conversation::new();
+        let long = "é".repeat(RouteContext::MAX_PROMPT_BYTES); // 2 bytes each
+        c.push_text(&long);
+        let (text, len, _) = c.finish();
+        assert!(text.len() <= RouteContext::MAX_PROMPT_BYTES);
+        assert_eq!(text.len(), RouteContext::MAX_PROMPT_BYTES);
+        assert_eq!(len, long.len());
+    }
+
+    #[test]
+    fn digest_covers_text_past_the_bound() {
+        let base = "x".repeat(RouteContext::MAX_PROMPT_BYTES);
+        let digest = |tail: &str| {
+            let mut c = Conversation::new();
+            c.push_text(&base);
+            c.push_text(tail);
+            c.finish()
+        };
+        let (text_a, _, a) = digest("a");
+        let (text_b, _, b) = digest("b");
+        assert_eq!(text_a, text_b);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn identities_change_the_digest_not_the_text() {
+        let run = |image: &[u8]| {
+            let mut c = Conversation::new();
+            c.push_turn("user");
+            c.push_text("what is this?");
+            c.push_identity("image", image);
+            c.finish()
+        };
+        let (text_a, _, a) = run(b"http://x/cat.png");
+        let (text_b, _, b) = run(b"http://x/dog.png");
+        assert_eq!(text_a, "user: what is this?");
+        assert_eq!(text_a, text_b);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,366 @@
+//! Reading an OpenAI request body: the model, where it sits, and the routing text.
+//!
+//! The body is parsed once into borrowed raw values; only the parts routing
+//! needs are looked at more closely. `model` is kept as a byte span of the
+//! body so the gateway can splice in the upstream model without re-encoding
+//! the rest (the body may be many MiB of context).
+//!
+//! A body that is valid JSON with a string `model` is always routed, even if
+//! the rest does not match the endpoint's shape: the engine owns that
+//! verdict. Routing then falls back to a digest of the raw body.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{Conversation, Endpoint};
+
+/// What the gateway needs from a request body.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    /// The public model asked for.
+    pub model: String,
+    /// Byte range of `model`'s JSON string literal (quotes included) in the body.
+    pub model_span: Range<usize>,
+    pub stream: bool,
+    /// Conversation text, bounded to `RouteContext::MAX_PROMPT_BYTES`.
+    pub prompt: String,
+    /// Length of the whole conversation text.
+    pub prompt_len: usize,
+    /// Digest of the whole conversation, or of the raw body when it has no readable one.
+    pub prompt_digest: u64,
+}
+
+/// Why a body cannot be routed. Each names the offending field where there is one.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("the request body is empty; expected a JSON object")]
+    Empty,
+    #[error("the request body must be a JSON object")]
+    NotAnObject,
+    #[error("the request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("you must provide a model parameter")]
+    MissingModel,
+    #[error("`model` must be a string")]
+    ModelNotString,
+    #[error("`model` must not be empty")]
+    EmptyModel,
+}
+
+impl RequestError {
+    /// The request field the error is about, for OpenAI's `param`.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            RequestError::MissingModel
+            | RequestError::ModelNotString
+            | RequestError::EmptyModel => Some("model"),
+            _ => None,
+        }
+    }
+}
+
+/// The top-level fields routing looks at; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt: Option<&'a RawValue>,
+    #[serde(borrow)]
+    input: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_call_id: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, RequestError> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(RequestError::Empty),
+        Some(b'{') => {}
+        Some(_) => return Err(RequestError::NotAnObject),
+    }
+    let envelope: Envelope<'_> =
+        serde_json::from_slice(body).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
+
+    let raw_model = envelope.model.ok_or(RequestError::MissingModel)?;
+    let model: Cow<'_, str> =
+        serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
+    if model.is_empty() {
+        return Err(RequestError::EmptyModel);
+    }
+    let model_span = span_in(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
+
+    let mut conversation = Conversation::new();
+    let readable = match endpoint {
+        Endpoint::ChatCompletions => envelope
+            .messages
+            .is_some_and(|m| read_messages(m, &mut conversation)),
+        Endpoint::Completions => envelope
+            .prompt
+            .is_some_and(|p| read_prompt(p, &mut conversation)),
+        Endpoint::Embeddings => envelope
+            .input
+            .is_some_and(|i| read_prompt(i, &mut conversation)),
+        Endpoint::Models => false,
+    };
+    let (prompt, prompt_len, mut prompt_digest) = conversation.finish();
+    if !readable {
+        prompt_digest = xxhash_rust::xxh3::xxh3_64(body);
+    }
+    Ok(ParsedRequest {
+        model: model.into_owned(),
+        model_span,
+        stream: envelope.stream.is_some_and(|s| s.get() == "true"),
+        prompt: if readable { prompt } else { String::new() },
+        prompt_len: if readable { prompt_len } else { 0 },
+        prompt_digest,
+    })
+}
+
+/// Where `inner` (a slice borrowed from `outer`) sits in `outer`.
+fn span_in(outer: &[u8], inner: &str) -> Option<Range<usize>> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    let end = start.checked_add(inner.len())?;
+    (end <= outer.len() && &outer[start..end] == inner.as_bytes()).then_some(start..end)
+}
+
+/// Chat messages, turn by turn. False when they are not an array of messages.
+fn read_messages(raw: &RawValue, conversation: &mut Conversation) -> bool {
+    let Ok(messages) = serde_json::from_str::<Vec<Message<'_>>>(raw.get()) else {
+        return false;
+    };
+    for message in &messages {
+        conversation.push_turn(message.role.as_deref().unwrap_or(""));
+        if let Some(content) = message.content {
+            read_content(content, conversation);
+        }
+        if let Some(tool_calls) = message.tool_calls {
+            conversation.push_identity("tool_calls", tool_calls.get().as_bytes());
+        }
+        if let Some(id) = &message.tool_call_id {
+            conversation.push_identity("tool_call_id", id.as_bytes());
+        }
+    }
+    true
+}
+
+/// A message's content: a string, or parts of which text is read and the rest
+/// (images, audio, files) recorded by identity.
+fn read_content(raw: &RawValue, conversation: &mut Conversation) {
+    match raw.get().as_bytes().first() {
+        Some(b'"') => {
+            if let Ok(text) = serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+                conversation.push_text(&text);
+            }
+        }
+        Some(b'[') => {
+            let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+                return;
+            };
+            for part in parts {
+                match serde_json::from_str::<Part<'_>>(part.get()) {
+                    Ok(Part {
+                        kind,
+                        text: Some(text),
+                    }) if kind.as_deref().is_none_or(|k| k == "text") => {
+                        conversation.push_text(&text)
+                    }
+                    Ok(Part { kind, .. }) => conversation
+                        .push_identity(kind.as_deref().unwrap_or("part"), part.get().as_bytes()),
+                    Err(_) => conversation.push_identity("part", part.get().as_bytes()),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A completions `prompt` or embeddings `input`: a string, a list of strings,
+/// a list of token ids, or a list of lists of token ids.
+fn read_prompt(raw: &RawValue, conversation: &mut Conversation) -> bool {
+    match raw.get().as_bytes().first() {
+        Some(b'"') => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+            Ok(text) => {
+                conversation.push_text(&text);
+                true
+            }
+            Err(_) => false,
+        },
+        Some(b'[') => {
+            if let Ok(ids) = serde_json::from_str::<Vec<u32>>(raw.get()) {
+                conversation.push_token_ids(&ids);
+                return true;
+            }
+            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+                return false;
+            };
+            for (i, item) in items.into_iter().enumerate() {
+                if i > 0 {
+                    conversation.push_separator();
+                }
+                if item.get().starts_with('"') {
+                    match serde_json::from_str::<Cow<'_, str>>(item.get()) {
+                        Ok(text) => conversation.push_text(&text),
+                        Err(_) => return false,
+                    }
+                } else {
+                    match serde_json::from_str::<Vec<u32>>(item.get()) {
+                        Ok(ids) => conversation.push_token_ids(&ids),
+                        Err(_) => return false,
+                    }
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<ParsedRequest, RequestError> {
+        parse_request(Endpoint::ChatCompletions, body.as_bytes())
+    }
+
+    #[test]
+    fn finds_model_and_its_exact_span() {
+        let body =
+            r#"{"messages":[{"role":"user","content":"hi"}], "model" : "qwen-chat","stream":true}"#;
+        let parsed = chat(body).unwrap();
+        assert_eq!(parsed.model, "qwen-chat");
+        assert_eq!(&body[parsed.model_span.clone()], r#""qwen-chat""#);
+        assert!(parsed.stream);
+        assert_eq!(parsed.prompt, "user: hi");
+    }
+
+    #[test]
+    fn escaped_model_is_decoded_and_span_covers_the_literal() {
+        let body = r#"{"model":"a\/b\u0041"}"#;
+        let parsed = chat(body).unwrap();
+        assert_eq!(parsed.model, "a/bA");
+        assert_eq!(&body[parsed.model_span], r#""a\/b\u0041""#);
+    }
+
+    #[test]
+    fn rejects_what_cannot_be_routed_naming_the_field() {
+        assert_eq!(chat("").unwrap_err(), RequestError::Empty);
+        assert_eq!(chat("  [1]").unwrap_err(), RequestError::NotAnObject);
+        assert!(matches!(
+            chat("{\"model\":").unwrap_err(),
+            RequestError::InvalidJson(_)
+        ));
+        assert_eq!(chat("{}").unwrap_err(), RequestError::MissingModel);
+        assert_eq!(
+            chat(r#"{"model":42}"#).unwrap_err(),
+            RequestError::ModelNotString
+        );
+        assert_eq!(
+            chat(r#"{"model":""}"#).unwrap_err(),
+            RequestError::EmptyModel
+        );
+        assert_eq!(RequestError::ModelNotString.param(), Some("model"));
+        assert!(matches!(
+            chat(r#"{"model":"a","model":"b"}"#).unwrap_err(),
+            RequestError::InvalidJson(_)
+        ));
+    }
+
+    #[test]
+    fn invalid_utf8_is_invalid_json() {
+        let body = b"{\"model\":\"\xff\"}";
+        assert!(matches!(
+            parse_request(Endpoint::ChatCompletions, body).unwrap_err(),
+            RequestError::InvalidJson(_)
+        ));
+    }
+
+    #[test]
+    fn chat_parts_give_text_and_image_identity() {
+        let with = |url: &str| {
+            chat(&format!(
+                r#"{{"model":"m","messages":[{{"role":"system","content":"be brief"}},{{"role":"user","content":[{{"type":"text","text":"what is"}},{{"type":"image_url","image_url":{{"url":"{url}"}}}}]}}]}}"#
+            ))
+            .unwrap()
+        };
+        let cat = with("http://x/cat.png");
+        let dog = with("http://x/dog.png");
+        assert_eq!(cat.prompt, "system: be brief\nuser: what is");
+        assert_eq!(cat.prompt, dog.prompt);
+        assert_ne!(cat.prompt_digest, dog.prompt_digest);
+    }
+
+    #[test]
+    fn tool_calls_and_results_are_part_of_the_digest() {
+        let with = |args: &str| {
+            chat(&format!(
+                r#"{{"model":"m","messages":[{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"f","arguments":"{args}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"42"}}]}}"#
+            ))
+            .unwrap()
+        };
+        let a = with("{}");
+        let b = with("{\\\"x\\\":1}");
+        assert_eq!(a.prompt, "assistant: \ntool: 42");
+        assert_ne!(a.prompt_digest, b.prompt_digest);
+    }
+
+    #[test]
+    fn completions_prompt_forms() {
+        let parse = |prompt: &str| {
+            parse_request(
+                Endpoint::Completions,
+                format!(r#"{{"model":"m","prompt":{prompt}}}"#).as_bytes(),
+            )
+            .unwrap()
+        };
+        assert_eq!(parse(r#""hello""#).prompt, "hello");
+        assert_eq!(parse(r#"["a","b"]"#).prompt, "a\nb");
+        let ids = parse("[1,2,3]");
+        assert_eq!(ids.prompt, "");
+        assert_ne!(ids.prompt_digest, parse("[1,2,4]").prompt_digest);
+        assert_ne!(
+            parse("[[1,2],[3]]").prompt_digest,
+            parse("[[1],[2,3]]").prompt_digest
+        );
+    }
+
+    #[test]
+    fn unreadable_shape_still_routes_on_a_raw_digest() {
+        let a = chat(r#"{"model":"m","messages":"not a list"}"#).unwrap();
+        let b = chat(r#"{"model":"m","messages":"another"}"#).unwrap();
+        assert_eq!(a.prompt, "");
+        assert_ne!(a.prompt_digest, b.prompt_digest);
+    }
+
+    #[test]
+    fn embeddings_input_is_read() {
+        let parsed =
+            parse_request(Endpoint::Embeddings, br#"{"model":"e","input":["x","y"]}"#).unwrap();
+        assert_eq!(parsed.prompt, "x\ny");
+    }
+}

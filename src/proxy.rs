@@ -1,0 +1,467 @@
+//! The OpenAI-aware reverse proxy: Pingora's `ProxyHttp` for rolter.
+//!
+//! Phases, in Pingora's order:
+//! - `request_filter`: answer what the gateway owns (`/v1/models`, errors),
+//!   authenticate, read and parse the body, resolve the route.
+//! - `upstream_peer` (once per attempt): pick an eligible target with the
+//!   route's balancer, take its in-flight slot.
+//! - `upstream_request_filter` / `request_body_filter`: address the provider,
+//!   rewrite `model`, hand over the body.
+//! - `upstream_response_filter`: a 5xx or 429 before anything reached the
+//!   client becomes a retry on another target while one is left.
+//! - `fail_to_connect` / `error_while_proxy`: decide retries (never after the
+//!   first byte reached the client).
+//! - `logging`: metrics; dropping the context releases the in-flight slot.
+
+mod body;
+mod ctx;
+mod respond;
+mod target_set;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use smallvec::SmallVec;
+
+pub use ctx::RequestCtx;
+
+use crate::auth::{bearer_token, Caller};
+use crate::error::GatewayError;
+use crate::metrics::FailureReason;
+use crate::openai::{parse_request, Endpoint};
+use crate::snapshot::Snapshot;
+use crate::state::GatewayState;
+
+/// Request header carrying the caller's session identity (consistent hashing, affinity).
+pub const SESSION_HEADER: &str = "x-session-id";
+/// Response header naming the provider that served the request.
+pub const TARGET_HEADER: &str = "x-rolter-target";
+/// Response header naming the model the provider was asked for.
+pub const UPSTREAM_MODEL_HEADER: &str = "x-rolter-upstream-model";
+
+/// Headers that describe one connection, not the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+pub struct Gateway {
+    state: Arc<GatewayState>,
+}
+
+impl Gateway {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+
+    /// Everything before routing; `Err` is answered to the client as is.
+    async fn admit(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        snapshot: &Arc<Snapshot>,
+    ) -> Result<Option<Endpoint>, GatewayError> {
+        let request = session.req_header();
+        let path = request.uri.path();
+        let Some(endpoint) = Endpoint::from_path(path) else {
+            return Err(GatewayError::UnknownEndpoint {
+                method: request.method.to_string(),
+                path: path.to_string(),
+            });
+        };
+        if request.method != endpoint.method() {
+            return Err(GatewayError::MethodNotAllowed {
+                method: request.method.to_string(),
+                path: path.to_string(),
+                allowed: endpoint.method_name(),
+            });
+        }
+        let caller = authenticate(session, snapshot)?;
+        if endpoint == Endpoint::Models {
+            respond::models(session, snapshot, &caller, !self.state.is_draining()).await;
+            return Ok(None);
+        }
+
+        let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
+        let parsed = parse_request(endpoint, &body)?;
+        let route = snapshot
+            .route(&parsed.model)
+            .ok_or_else(|| GatewayError::UnknownModel {
+                model: parsed.model.clone(),
+            })?;
+        if !caller.may_use_model(&parsed.model) {
+            return Err(GatewayError::ModelNotAllowed {
+                key: caller.name.clone(),
+                model: parsed.model,
+            });
+        }
+        if caller.restricts_providers()
+            && !route
+                .targets
+                .iter()
+                .any(|t| caller.may_use_provider(&t.id.provider))
+        {
+            return Err(GatewayError::NoAllowedProvider {
+                key: caller.name.clone(),
+                model: parsed.model,
+            });
+        }
+
+        ctx.session_key = session
+            .req_header()
+            .headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        ctx.route = Some(Arc::clone(route));
+        ctx.caller = Some(caller);
+        ctx.body = body;
+        ctx.model = parsed.model;
+        ctx.model_span = parsed.model_span;
+        ctx.prompt = parsed.prompt;
+        ctx.prompt_len = parsed.prompt_len;
+        ctx.prompt_digest = parsed.prompt_digest;
+        Ok(Some(endpoint))
+    }
+
+    /// Records a failed attempt against its target.
+    fn record_failure(&self, ctx: &mut RequestCtx, reason: FailureReason, detail: &str) {
+        if let Some((_, target)) = ctx.current_target() {
+            target.stats.record_failure();
+            self.state
+                .metrics
+                .record_upstream_failure(&target.label, reason);
+            ctx.last_failure = Some(format!("{}: {detail}", target.label));
+        }
+    }
+}
+
+fn authenticate(session: &Session, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
+    let token = session
+        .req_header()
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()));
+    let caller = token.and_then(|t| snapshot.api_keys.authenticate(t));
+    match (caller, snapshot.limits.require_api_key) {
+        (Some(caller), _) => Ok(caller),
+        (None, false) => Ok(Caller::anonymous()),
+        (None, true) if token.is_none() => Err(GatewayError::MissingApiKey),
+        (None, true) => Err(GatewayError::InvalidApiKey),
+    }
+}
+
+fn error_with(etype: ErrorType, context: String, retry: bool) -> Box<Error> {
+    let mut e = Error::explain(etype, context);
+    e.set_retry(retry);
+    e
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        ctx.received = Some(Instant::now());
+        let snapshot = self.state.snapshot();
+        let admitted = self.admit(session, ctx, &snapshot).await;
+        ctx.snapshot = Some(snapshot);
+        match admitted {
+            Ok(Some(_)) => Ok(false),
+            Ok(None) => Ok(true),
+            Err(error) => {
+                respond::error(session, &error).await;
+                ctx.error = Some(error);
+                Ok(true)
+            }
+        }
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        // A retry starts here: the previous attempt's slot and state go.
+        ctx.attempt = Default::default();
+        let route = ctx
+            .route
+            .clone()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route in context"))?;
+
+        let loads: SmallVec<[u64; 16]> =
+            route.targets.iter().map(|t| t.stats.in_flight()).collect();
+        let eligible = |i: usize| ctx.is_eligible(&route, i);
+        let picked = route
+            .balancer
+            .pick_eligible(&ctx.route_context(), &loads, &eligible)
+            .map(|i| {
+                if eligible(i) {
+                    i
+                } else {
+                    debug_assert!(false, "{} picked an ineligible target", route.strategy);
+                    (0..route.targets.len()).find(|&j| eligible(j)).unwrap_or(i)
+                }
+            })
+            .filter(|&i| eligible(i));
+
+        let Some(index) = picked else {
+            let error = match ctx.last_failure.take() {
+                Some(last) => GatewayError::UpstreamFailed {
+                    model: route.model.clone(),
+                    last,
+                },
+                None => GatewayError::NoEligibleTarget {
+                    model: route.model.clone(),
+                    reason: format!("none of its {} targets may take it", route.targets.len()),
+                },
+            };
+            let e = error_with(
+                ErrorType::HTTPStatus(error.status()),
+                error.to_string(),
+                false,
+            );
+            ctx.error = Some(error);
+            return Err(e);
+        };
+
+        let target = &route.targets[index];
+        target.stats.record_pick();
+        route.metrics.picks.inc();
+        ctx.tried.insert(index);
+        ctx.attempts += 1;
+        let rewrite = (target.id.model != ctx.model).then_some(&target.model_json[..]);
+        ctx.attempt = ctx::Attempt {
+            target: Some(index),
+            started: Some(Instant::now()),
+            in_flight: Some(target.stats.begin()),
+            body: body::attempt_body(&ctx.body, &ctx.model_span, rewrite),
+            status: None,
+            failed_over_status: false,
+        };
+        Ok(target.peer())
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some((_, target)) = ctx.current_target() else {
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "no target in context",
+            ));
+        };
+        let provider = &target.provider;
+        for name in HOP_BY_HOP {
+            upstream.remove_header(*name);
+        }
+        if !provider.path_prefix.is_empty() {
+            let original = &session.req_header().uri;
+            let path_and_query = original.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+            let uri = format!("{}{}", provider.path_prefix, path_and_query)
+                .parse::<http::Uri>()
+                .or_err(ErrorType::InternalError, "building the upstream path")?;
+            upstream.set_uri(uri);
+        }
+        upstream.insert_header(header::HOST, provider.host_header.clone())?;
+        match &provider.authorization {
+            Some(value) => upstream.insert_header(header::AUTHORIZATION, value.clone())?,
+            None => {
+                upstream.remove_header(&header::AUTHORIZATION);
+            }
+        }
+        upstream.insert_header(header::CONTENT_LENGTH, ctx.attempt.body.len())?;
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // The client's body was read whole in `request_filter`; every attempt
+        // gets its own (rewritten) copy at the end of the (empty) stream.
+        if end_of_stream {
+            *body = Some(ctx.attempt.body.clone());
+        } else {
+            *body = Some(Bytes::new());
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let status = upstream.status.as_u16();
+        ctx.attempt.status = Some(status);
+        let Some((route, target)) = ctx.current_target() else {
+            return Ok(());
+        };
+        let elapsed = ctx.attempt.started.map(|s| s.elapsed()).unwrap_or_default();
+        target
+            .metrics
+            .time_to_first_byte
+            .observe(elapsed.as_secs_f64());
+        if status >= 500 || status == 429 {
+            let detail = format!("answered {status}");
+            self.record_failure(ctx, FailureReason::Status, &detail);
+            if ctx.can_fail_over() {
+                ctx.attempt.failed_over_status = true;
+                return Err(error_with(ErrorType::HTTPStatus(status), detail, true));
+            }
+        } else if status < 400 {
+            target.stats.record_latency(elapsed);
+            route
+                .balancer
+                .observe(ctx.attempt.target.unwrap_or(0), &ctx.route_context());
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        ctx.response_started = true;
+        if self.state.is_draining() {
+            session.set_keepalive(None);
+        }
+        if let Some((_, target)) = ctx.current_target() {
+            response.insert_header(TARGET_HEADER, target.provider_header.clone())?;
+            response.insert_header(UPSTREAM_MODEL_HEADER, target.model_header.clone())?;
+        }
+        Ok(())
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        self.record_failure(ctx, FailureReason::Connect, &e.to_string());
+        e.set_retry(ctx.can_fail_over());
+        e
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        _session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        if ctx.attempt.failed_over_status {
+            // Already counted and decided in `upstream_response_filter`.
+            e.set_retry(true);
+            return e;
+        }
+        if ctx.response_started || e.esource() == &pingora::ErrorSource::Downstream {
+            e.set_retry(false);
+            return e;
+        }
+        // A pooled connection the engine had closed: not the target's fault,
+        // and nothing reached it, so the same target may take the retry.
+        e.retry.decide_reuse(client_reused);
+        if client_reused && e.retry() {
+            if let Some(index) = ctx.attempt.target {
+                ctx.tried.remove(index);
+            }
+            let within_budget = ctx
+                .snapshot
+                .as_ref()
+                .is_some_and(|s| ctx.attempts <= s.limits.max_retries);
+            e.set_retry(within_budget);
+            return e;
+        }
+        self.record_failure(ctx, FailureReason::Stream, &e.to_string());
+        e.set_retry(ctx.can_fail_over());
+        e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let error = ctx
+            .error
+            .take()
+            .unwrap_or_else(|| GatewayError::UpstreamFailed {
+                model: ctx.model.clone(),
+                last: ctx.last_failure.clone().unwrap_or_else(|| e.to_string()),
+            });
+        let code = if ctx.response_started {
+            // The client already has a status line; the stream is cut short.
+            0
+        } else {
+            respond::error(session, &error).await;
+            error.status()
+        };
+        ctx.error = Some(error);
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        let status = session
+            .response_written()
+            .map(|r| r.status.as_u16())
+            .unwrap_or(0);
+        let route = ctx.route.as_deref().map_or("-", |r| r.model.as_str());
+        let target = ctx.current_target().map_or("-", |(_, t)| t.label.as_str());
+        self.state.metrics.record_request(route, target, status);
+        if let (Some((_, t)), Some(started)) = (ctx.current_target(), ctx.attempt.started) {
+            t.metrics
+                .upstream_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
+        if let Some(e) = e {
+            log::warn!(
+                "request failed: {} {} route={route} target={target} attempts={} status={status}: {e}",
+                session.req_header().method,
+                session.req_header().uri.path(),
+                ctx.attempts,
+            );
+        }
+        // The stream is over: free the target's slot now rather than when
+        // Pingora gets round to dropping the context.
+        ctx.attempt.in_flight = None;
+    }
+}

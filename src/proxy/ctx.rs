@@ -1,0 +1,93 @@
+//! Per-request state shared by the proxy's phases.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use rolter_balancer::RouteContext;
+
+use super::target_set::TargetSet;
+use crate::auth::Caller;
+use crate::error::GatewayError;
+use crate::snapshot::{Route, Snapshot, Target};
+use crate::tracker::InFlightGuard;
+
+/// What one request carries from `request_filter` to `logging`.
+#[derive(Default)]
+pub struct RequestCtx {
+    pub received: Option<Instant>,
+    /// The snapshot the request was routed with, kept for its whole life.
+    pub snapshot: Option<Arc<Snapshot>>,
+    pub route: Option<Arc<Route>>,
+    pub caller: Option<Arc<Caller>>,
+    /// The body as the client sent it.
+    pub body: Bytes,
+    pub model: String,
+    pub model_span: Range<usize>,
+    pub session_key: Option<String>,
+    pub prompt: String,
+    pub prompt_len: usize,
+    pub prompt_digest: u64,
+    pub attempt: Attempt,
+    /// Targets already dispatched to, never picked again for this request.
+    pub tried: TargetSet,
+    pub attempts: u32,
+    /// Set once the response header went to the client: no retry after that.
+    pub response_started: bool,
+    /// An error the gateway answers itself, rendered by `fail_to_proxy`.
+    pub error: Option<GatewayError>,
+    /// The last failed attempt, for the final error message.
+    pub last_failure: Option<String>,
+}
+
+/// State of the current attempt; reset by `upstream_peer` on every retry.
+#[derive(Default)]
+pub struct Attempt {
+    pub target: Option<usize>,
+    pub started: Option<Instant>,
+    pub in_flight: Option<InFlightGuard>,
+    /// The body for this attempt's target (model rewritten).
+    pub body: Bytes,
+    pub status: Option<u16>,
+    /// The attempt failed on a 5xx/429 that the gateway turned into a retry.
+    pub failed_over_status: bool,
+}
+
+impl RequestCtx {
+    pub fn route_context(&self) -> RouteContext<'_> {
+        RouteContext {
+            session_key: self.session_key.as_deref(),
+            prompt: &self.prompt,
+            prompt_len: self.prompt_len,
+            prompt_digest: self.prompt_digest,
+        }
+    }
+
+    /// The route and the current attempt's target.
+    pub fn current_target(&self) -> Option<(&Route, &Target)> {
+        let route = self.route.as_deref()?;
+        let target = route.targets.get(self.attempt.target?)?;
+        Some((route, target))
+    }
+
+    /// Whether target `index` of the route may take the next attempt.
+    pub fn is_eligible(&self, route: &Route, index: usize) -> bool {
+        !self.tried.contains(index)
+            && self
+                .caller
+                .as_ref()
+                .is_none_or(|c| c.may_use_provider(&route.targets[index].id.provider))
+    }
+
+    /// Whether a failed attempt may be retried on another target.
+    pub fn can_fail_over(&self) -> bool {
+        let (Some(route), Some(snapshot)) = (self.route.as_deref(), self.snapshot.as_deref())
+        else {
+            return false;
+        };
+        !self.response_started
+            && self.attempts <= snapshot.limits.max_retries
+            && (0..route.targets.len()).any(|i| self.is_eligible(route, i))
+    }
+}

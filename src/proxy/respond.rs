@@ -1,0 +1,79 @@
+//! Responses the gateway writes itself.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde::Serialize;
+
+use crate::auth::Caller;
+use crate::error::GatewayError;
+use crate::snapshot::Snapshot;
+
+/// Writes a complete JSON response. Write errors mean the client is gone;
+/// they are logged at debug level because nothing else can be done.
+pub async fn json(session: &mut Session, status: u16, body: Bytes, keepalive: bool) {
+    let header = ResponseHeader::build(status, Some(2)).and_then(|mut h| {
+        h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+        h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+        Ok(h)
+    });
+    let header = match header {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("building a {status} response failed: {e}");
+            return;
+        }
+    };
+    if !keepalive {
+        session.set_keepalive(None);
+    }
+    let written = async {
+        session
+            .write_response_header(Box::new(header), false)
+            .await?;
+        session.write_response_body(Some(body), true).await
+    };
+    if let Err(e) = written.await {
+        log::debug!("writing a {status} response failed: {e}");
+    }
+}
+
+/// Answers an error in OpenAI's shape. The connection is closed afterwards:
+/// part of the request body may still be unread.
+pub async fn error(session: &mut Session, error: &GatewayError) {
+    json(session, error.status(), error.body(), false).await;
+}
+
+#[derive(Serialize)]
+struct ModelList<'a> {
+    object: &'static str,
+    data: Vec<ModelCard<'a>>,
+}
+
+#[derive(Serialize)]
+struct ModelCard<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+}
+
+/// `GET /v1/models`: the routes the caller may use.
+pub async fn models(session: &mut Session, snapshot: &Snapshot, caller: &Caller, keepalive: bool) {
+    let list = ModelList {
+        object: "list",
+        data: snapshot
+            .routes()
+            .iter()
+            .filter(|r| caller.may_use_model(&r.model))
+            .map(|r| ModelCard {
+                id: &r.model,
+                object: "model",
+                created: 0,
+                owned_by: "rolter",
+            })
+            .collect(),
+    };
+    let body = Bytes::from(serde_json::to_vec(&list).unwrap_or_default());
+    json(session, 200, body, keepalive).await;
+}

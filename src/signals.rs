@@ -1,0 +1,88 @@
+//! Process signals the gateway acts on, as one named background service.
+//! (Pingora itself handles SIGQUIT, SIGTERM and SIGINT for the server's
+//! life cycle; this service adds rolter's part.)
+//!
+//! - SIGHUP: reload the configuration.
+//! - SIGQUIT (graceful upgrade) and SIGTERM (graceful stop): start draining.
+//!   Pingora keeps serving for a few seconds before it drops idle keep-alive
+//!   connections; answering every response in that window with
+//!   `Connection: close` moves clients off this process first, so none sends
+//!   a request on a connection that is about to be closed under it.
+//! - SIGTERM also turns `/readyz` to 503: this node is going away, whereas
+//!   after SIGQUIT its successor keeps the same sockets.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::state::GatewayState;
+
+pub struct SignalService {
+    state: Arc<GatewayState>,
+}
+
+impl SignalService {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+}
+
+fn listen(kind: SignalKind, name: &str) -> Option<Signal> {
+    match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::error!("cannot listen for {name}: {e}");
+            None
+        }
+    }
+}
+
+/// Waits for the next delivery, or forever when the signal is not available.
+async fn next(signal: &mut Option<Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[async_trait]
+impl BackgroundService for SignalService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut hangup = listen(
+            SignalKind::hangup(),
+            "SIGHUP (reload only through the admin API)",
+        );
+        let mut quit = listen(SignalKind::quit(), "SIGQUIT");
+        let mut terminate = listen(SignalKind::terminate(), "SIGTERM");
+        loop {
+            tokio::select! {
+                _ = next(&mut hangup) => {
+                    log::info!("SIGHUP: reloading configuration");
+                    let state = Arc::clone(&self.state);
+                    // The outcome is logged and counted by `reload` itself.
+                    if let Err(e) = tokio::task::spawn_blocking(move || state.reload()).await {
+                        log::error!("reload task failed: {e}");
+                    }
+                }
+                _ = next(&mut quit) => {
+                    log::info!("SIGQUIT: draining connections for the upgrade");
+                    self.state.begin_draining();
+                }
+                _ = next(&mut terminate) => {
+                    log::info!("SIGTERM: draining connections, readiness off");
+                    self.state.begin_draining();
+                    self.state.begin_shutdown();
+                }
+                _ = shutdown.changed() => {
+                    self.state.begin_draining();
+                    return;
+                }
+            }
+        }
+    }
+}

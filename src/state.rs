@@ -1,0 +1,160 @@
+//! The gateway's shared state: the current snapshot, the tracker, the metrics.
+//!
+//! The snapshot sits behind an `ArcSwap`: a request loads it once and keeps
+//! that `Arc` for its whole life, so a reload never changes the routes under a
+//! request in flight, and the request path takes no lock a reload can hold.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{self, Config, ConfigErrors};
+use crate::metrics::Metrics;
+use crate::snapshot::{BuildError, Snapshot};
+use crate::tracker::LoadTracker;
+
+/// Why a configuration could not become the running snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    #[error("{0}")]
+    Build(#[from] BuildError),
+}
+
+impl LoadError {
+    /// One line per problem, for logs and the reload response.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            LoadError::Config(errors) => errors.0.iter().map(|e| e.to_string()).collect(),
+            LoadError::Build(e) => vec![e.to_string()],
+        }
+    }
+}
+
+/// A successful reload.
+#[derive(Debug, serde::Serialize)]
+pub struct Reloaded {
+    pub version: u64,
+    /// Settings that changed but only take effect on restart or upgrade.
+    pub needs_restart: Vec<String>,
+}
+
+pub struct GatewayState {
+    snapshot: ArcSwap<Snapshot>,
+    pub tracker: Arc<LoadTracker>,
+    pub metrics: Arc<Metrics>,
+    config_path: PathBuf,
+    next_version: AtomicU64,
+    // Serializes reloads (SIGHUP and the admin API may race); held only by
+    // the reload itself, never by the request path.
+    reload_lock: Mutex<()>,
+    /// Responses close their connection (see `signals.rs`).
+    draining: AtomicBool,
+    /// `/readyz` answers 503.
+    shutting_down: AtomicBool,
+}
+
+impl GatewayState {
+    /// Loads `config_path` and builds the first snapshot.
+    pub fn load(config_path: &Path) -> Result<Arc<GatewayState>, LoadError> {
+        let config = config::load(config_path)?;
+        Self::from_config(config, config_path)
+    }
+
+    /// Builds the first snapshot from an already validated configuration;
+    /// reloads read `config_path`.
+    pub fn from_config(config: Config, config_path: &Path) -> Result<Arc<GatewayState>, LoadError> {
+        let tracker = Arc::new(LoadTracker::new());
+        let metrics = Arc::new(Metrics::new());
+        let snapshot = Snapshot::build(config, 1, &tracker, &metrics)?;
+        metrics.set_config_version(1);
+        Ok(Arc::new(GatewayState {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            tracker,
+            metrics,
+            config_path: config_path.to_path_buf(),
+            next_version: AtomicU64::new(2),
+            reload_lock: Mutex::new(()),
+            draining: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+        }))
+    }
+
+    /// The snapshot to serve a request with.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Re-reads the configuration file and swaps in a new snapshot. On any
+    /// error the running snapshot stays. Blocking (file, DNS): call it off
+    /// the async workers.
+    pub fn reload(&self) -> Result<Reloaded, LoadError> {
+        let _serialized = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let result = config::load(&self.config_path)
+            .map_err(LoadError::from)
+            .and_then(|config| {
+                let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+                let snapshot = Snapshot::build(config, version, &self.tracker, &self.metrics)?;
+                Ok(snapshot)
+            });
+        match result {
+            Ok(snapshot) => {
+                let previous = self.snapshot.load();
+                let needs_restart = restart_only_changes(&previous.config, &snapshot.config);
+                let version = snapshot.version;
+                self.snapshot.store(Arc::new(snapshot));
+                self.metrics.record_reload(true);
+                self.metrics.set_config_version(version);
+                log::info!(
+                    "reloaded {}: serving configuration version {version}",
+                    self.config_path.display()
+                );
+                for setting in &needs_restart {
+                    log::warn!("{setting} changed; it takes effect on restart or upgrade");
+                }
+                Ok(Reloaded {
+                    version,
+                    needs_restart,
+                })
+            }
+            Err(error) => {
+                self.metrics.record_reload(false);
+                for line in error.lines() {
+                    log::error!("reload rejected, keeping the running configuration: {line}");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+/// Settings a running process cannot change (its listening sockets).
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut changed = Vec::new();
+    if old.server.listen != new.server.listen {
+        changed.push("server.listen".to_string());
+    }
+    if old.server.admin_listen != new.server.admin_listen {
+        changed.push("server.admin_listen".to_string());
+    }
+    changed
+}

@@ -1,0 +1,226 @@
+//! Per-target load, shared by every snapshot.
+//!
+//! A target is identified by [`TargetId`] (provider slug + upstream model), never
+//! by its position in a route, so a reload that reorders, adds or removes
+//! targets keeps what was learned about the ones that stay. The map is only
+//! touched when a snapshot is built; the request path holds an
+//! `Arc<TargetStats>` and works on its atomics.
+//!
+//! When a request counts as finished: the [`InFlightGuard`] is taken when an
+//! attempt is dispatched to a target and dropped when that attempt ends — the
+//! whole response including a streamed body was relayed, the client went away,
+//! the attempt failed, or a retry replaced it. Nothing has to remember to
+//! decrement.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Weight of a new sample in the latency EWMA (decisions.md: alpha 0.3).
+pub const LATENCY_EWMA_ALPHA: f64 = 0.3;
+
+/// Stable identity of a target: which provider serves which upstream model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetId {
+    pub provider: String,
+    pub model: String,
+}
+
+impl TargetId {
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            provider: provider.into(),
+            model: model.into(),
+        }
+    }
+}
+
+impl fmt::Display for TargetId {
+    /// `provider/model`: unambiguous because a slug never contains `/`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// Live counters of one target.
+#[derive(Debug, Default)]
+pub struct TargetStats {
+    in_flight: AtomicU64,
+    requests: AtomicU64,
+    failures: AtomicU64,
+    picks: AtomicU64,
+    /// f64 bits of the EWMA in seconds; `NO_SAMPLE` until the first success.
+    latency_ewma_bits: AtomicU64,
+    latency_samples: AtomicU64,
+}
+
+const NO_SAMPLE: u64 = 0;
+
+/// A copy of a target's counters at one instant, for the admin API and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct TargetLoad {
+    pub in_flight: u64,
+    pub requests: u64,
+    pub failures: u64,
+    pub picks: u64,
+    /// Smoothed time to response headers of successful attempts, in ms.
+    pub latency_ewma_ms: Option<f64>,
+    pub latency_samples: u64,
+}
+
+impl TargetStats {
+    /// Counts a pick by the balancer (taken or not).
+    pub fn record_pick(&self) {
+        self.picks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks an attempt as dispatched; the guard releases it.
+    pub fn begin(self: &Arc<Self>) -> InFlightGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard {
+            stats: Arc::clone(self),
+        }
+    }
+
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Feeds the latency EWMA with a successful attempt's time to headers.
+    pub fn record_latency(&self, latency: Duration) {
+        let sample = latency.as_secs_f64();
+        // A CAS loop rather than a lock: contention is one retry at worst,
+        // and a lost race only delays the sample by one iteration.
+        let mut current = self.latency_ewma_bits.load(Ordering::Relaxed);
+        loop {
+            let next = if current == NO_SAMPLE {
+                sample
+            } else {
+                let old = f64::from_bits(current);
+                old + LATENCY_EWMA_ALPHA * (sample - old)
+            };
+            // A sample of exactly 0.0 has bits 0; nudge it so it reads as a sample.
+            let bits = next.max(f64::MIN_POSITIVE).to_bits();
+            match self.latency_ewma_bits.compare_exchange_weak(
+                current,
+                bits,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        self.latency_samples.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn load(&self) -> TargetLoad {
+        let bits = self.latency_ewma_bits.load(Ordering::Relaxed);
+        TargetLoad {
+            in_flight: self.in_flight(),
+            requests: self.requests.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            picks: self.picks.load(Ordering::Relaxed),
+            latency_ewma_ms: (bits != NO_SAMPLE).then(|| f64::from_bits(bits) * 1000.0),
+            latency_samples: self.latency_samples.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Holds one in-flight slot of a target until dropped.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    stats: Arc<TargetStats>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let before = self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "in-flight count underflow");
+    }
+}
+
+/// Owner of every target's counters, shared by all snapshots.
+#[derive(Debug, Default)]
+pub struct LoadTracker {
+    // Locked only while a snapshot is built or the admin API lists targets;
+    // the request path never touches it.
+    targets: Mutex<HashMap<TargetId, Arc<TargetStats>>>,
+}
+
+impl LoadTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The counters of `id`, created empty the first time it is seen.
+    pub fn stats(&self, id: &TargetId) -> Arc<TargetStats> {
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stats) = targets.get(id) {
+            return Arc::clone(stats);
+        }
+        let stats = Arc::new(TargetStats::default());
+        targets.insert(id.clone(), Arc::clone(&stats));
+        stats
+    }
+
+    /// Every target seen since start, sorted by identity.
+    pub fn entries(&self) -> Vec<(TargetId, Arc<TargetStats>)> {
+        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries: Vec<_> = targets
+            .iter()
+            .map(|(id, stats)| (id.clone(), Arc::clone(stats)))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_releases_in_flight_on_drop() {
+        let tracker = LoadTracker::new();
+        let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let first = stats.begin();
+        let second = stats.begin();
+        assert_eq!(stats.in_flight(), 2);
+        drop(first);
+        assert_eq!(stats.in_flight(), 1);
+        drop(second);
+        assert_eq!(stats.in_flight(), 0);
+        assert_eq!(stats.load().requests, 2);
+    }
+
+    #[test]
+    fn same_identity_shares_counters() {
+        let tracker = LoadTracker::new();
+        let a = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let _held = a.begin();
+        let again = tracker.stats(&TargetId::new("gpu-a", "m"));
+        assert_eq!(again.in_flight(), 1);
+        let other = tracker.stats(&TargetId::new("gpu-a", "other"));
+        assert_eq!(other.in_flight(), 0);
+    }
+
+    #[test]
+    fn latency_ewma_starts_at_first_sample_then_smooths() {
+        let stats = TargetStats::default();
+        assert_eq!(stats.load().latency_ewma_ms, None);
+        stats.record_latency(Duration::from_millis(100));
+        assert!((stats.load().latency_ewma_ms.unwrap() - 100.0).abs() < 1e-9);
+        stats.record_latency(Duration::from_millis(200));
+        // 100 + 0.3 * (200 - 100)
+        assert!((stats.load().latency_ewma_ms.unwrap() - 130.0).abs() < 1e-9);
+        assert_eq!(stats.load().latency_samples, 2);
+    }
+}

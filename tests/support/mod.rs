@@ -1,0 +1,378 @@
+//! The shared harness of the gateway tests: real `rolter serve` and
+//! `rolter fake-llm` processes on loopback, free ports, bounded waits, and
+//! every process stopped when its handle drops.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const ROLTER: &str = env!("CARGO_BIN_EXE_rolter");
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// A port nobody listens on right now (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+/// Polls `check` every 25 ms until it is true or `limit` passes.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .expect("http client")
+}
+
+/// Kills and reaps a child process when dropped.
+pub struct Process {
+    pub child: Child,
+    pub log: PathBuf,
+    pub name: String,
+}
+
+impl Process {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a pid we own; no memory is involved.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// Waits for the process to exit by itself, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- last lines of {} ---", self.name);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// A `rolter fake-llm` process.
+pub struct FakeEngine {
+    pub addr: SocketAddr,
+    pub process: Process,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeEngine {
+    pub fn start(name: &str, extra: &[&str]) -> FakeEngine {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("engine.log");
+        let mut child = Command::new(ROLTER)
+            .args(["fake-llm", "--listen", "127.0.0.1:0", "--name", name])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn fake-llm");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let process = Process {
+            child,
+            log,
+            name: format!("fake engine {name}"),
+        };
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("fake-llm did not print its address");
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from fake-llm: {line}"));
+        FakeEngine {
+            addr,
+            process,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Switches the engine's failure mode at run time.
+    pub async fn control(&self, mode: serde_json::Value) {
+        let response = client()
+            .post(format!("{}/fake/control", self.url()))
+            .json(&mode)
+            .send()
+            .await
+            .expect("fake control");
+        assert!(response.status().is_success());
+    }
+
+    pub async fn stats(&self) -> serde_json::Value {
+        client()
+            .get(format!("{}/fake/stats", self.url()))
+            .send()
+            .await
+            .expect("fake stats")
+            .json()
+            .await
+            .expect("stats json")
+    }
+}
+
+/// The Pingora YAML of a test gateway: its own pid file and upgrade socket.
+pub fn pingora_yaml(dir: &Path) -> String {
+    format!(
+        "---\nversion: 1\nthreads: 2\npid_file: {}\nupgrade_sock: {}\ngrace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 10\n",
+        dir.join("rolter.pid").display(),
+        dir.join("upgrade.sock").display()
+    )
+}
+
+/// A `rolter serve` process with its configuration files.
+pub struct Gateway {
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub process: Process,
+    pub dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts a gateway on `config` (rolter.toml without `[server]` listeners:
+    /// they are added here on free ports) and waits until it is ready.
+    pub async fn start(config: &str) -> Gateway {
+        Self::start_with_env(config, &[]).await
+    }
+
+    pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = with_listeners(config, listen, admin);
+        std::fs::write(dir.path().join("rolter.toml"), config).expect("write rolter.toml");
+        std::fs::write(dir.path().join("pingora.yaml"), pingora_yaml(dir.path()))
+            .expect("write pingora.yaml");
+        let process = spawn_serve(dir.path(), env, false, "gateway");
+        let mut gateway = Gateway {
+            listen,
+            admin,
+            process,
+            dir,
+        };
+        wait_ready(&mut gateway.process, admin).await;
+        gateway
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listen)
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("rolter.toml")
+    }
+
+    /// Replaces the configuration file (listeners kept).
+    pub fn write_config(&self, config: &str) {
+        std::fs::write(
+            self.config_path(),
+            with_listeners(config, self.listen, self.admin),
+        )
+        .expect("write rolter.toml");
+    }
+
+    pub async fn reload(&self) -> (u16, serde_json::Value) {
+        let response = client()
+            .post(format!("{}/admin/reload", self.admin_url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("reload request");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("reload json"))
+    }
+
+    pub async fn routes(&self) -> serde_json::Value {
+        client()
+            .get(format!("{}/admin/routes", self.admin_url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("routes request")
+            .json()
+            .await
+            .expect("routes json")
+    }
+
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(format!("{}/metrics", self.admin_url()))
+            .send()
+            .await
+            .expect("metrics request")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    /// POSTs a chat completion for `model` and returns the response.
+    pub async fn chat(&self, model: &str, content: &str) -> reqwest::Response {
+        client()
+            .post(self.url("/v1/chat/completions"))
+            .json(&chat_body(model, content))
+            .send()
+            .await
+            .expect("chat request")
+    }
+}
+
+/// Waits until the admin listener at `admin` answers `/readyz`; fails at
+/// once with the log if the process exits instead.
+pub async fn wait_ready(process: &mut Process, admin: SocketAddr) {
+    let url = format!("http://{admin}/readyz");
+    let http = client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = process.child.try_wait() {
+            panic!(
+                "{} exited with {status} before it was ready:\n{}",
+                process.name,
+                process.log_text()
+            );
+        }
+        if http
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} was not ready after 20 s", process.name);
+}
+
+/// Spawns `rolter serve -c pingora.yaml --config rolter.toml` in `dir`.
+pub fn spawn_serve(dir: &Path, env: &[(&str, &str)], upgrade: bool, name: &str) -> Process {
+    let log = dir.join(format!("{name}.log"));
+    let mut command = Command::new(ROLTER);
+    command
+        .arg("serve")
+        .arg("-c")
+        .arg(dir.join("pingora.yaml"))
+        .arg("--config")
+        .arg(dir.join("rolter.toml"))
+        .env("ROLTER_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(std::fs::File::create(&log).expect("log file"))
+        .stderr(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log)
+                .expect("log file"),
+        );
+    if upgrade {
+        command.arg("-u");
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    Process {
+        child: command.spawn().expect("spawn rolter serve"),
+        log,
+        name: name.to_string(),
+    }
+}
+
+/// Prepends a `[server]` table with the given listeners and the test admin
+/// token, unless the configuration has its own `[server]` (then only the
+/// listeners are inserted into it).
+pub fn with_listeners(config: &str, listen: SocketAddr, admin: SocketAddr) -> String {
+    let listeners = format!("listen = [\"{listen}\"]\nadmin_listen = \"{admin}\"\n");
+    let config = if config.contains("[server]") {
+        config.replacen("[server]\n", &format!("[server]\n{listeners}"), 1)
+    } else {
+        format!("[server]\n{listeners}require_api_key = false\n\n{config}")
+    };
+    format!(
+        "{config}\n\n[[admin_tokens]]\nname = \"test\"\ntoken_env = \"ROLTER_ADMIN_TOKEN\"\nrole = \"superadmin\"\n"
+    )
+}
+
+/// A `[[providers]]` table for an engine.
+pub fn provider(name: &str, base_url: &str) -> String {
+    format!("[[providers]]\nname = \"{name}\"\nbase_url = \"{base_url}\"\n\n")
+}
+
+pub fn chat_body(model: &str, content: &str) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": content}],
+    })
+}
+
+/// The provider that served a response, from `x-rolter-target`.
+pub fn served_by(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("x-rolter-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
