@@ -151,14 +151,16 @@ impl Snapshot {
                 .map(|(id, t)| TargetSpec {
                     id,
                     weight: t.weight,
+                    price: None,
+                    max_adapters: TargetSpec::DEFAULT_MAX_ADAPTERS,
                 })
                 .collect();
             let balancer = rolter_balancer::build(
                 route.strategy,
-                &BuildContext {
-                    targets: &specs,
-                    seed: seed_base ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                },
+                &BuildContext::new(
+                    &specs,
+                    seed_base ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                ),
             );
             let route = Arc::new(Route {
                 model: route.model.clone(),

@@ -61,6 +61,9 @@ impl RequestCtx {
             prompt: &self.prompt,
             prompt_len: self.prompt_len,
             prompt_digest: self.prompt_digest,
+            token_ids: None,
+            adapter: None,
+            now_ms: 0,
         }
     }
 

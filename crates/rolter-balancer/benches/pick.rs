@@ -19,19 +19,15 @@ fn pick_eligible(c: &mut Criterion) {
             .map(|(i, id)| TargetSpec {
                 id,
                 weight: 1 + (i as u32 % 4),
+                price: None,
+                max_adapters: TargetSpec::DEFAULT_MAX_ADAPTERS,
             })
             .collect();
         let loads: Vec<u64> = (0..n as u64).map(|i| i * 7 % 11).collect();
         let excluded = n / 2;
         let eligible = move |i: usize| i != excluded;
         for &kind in StrategyKind::ALL {
-            let lb = build(
-                kind,
-                &BuildContext {
-                    targets: &targets,
-                    seed: 42,
-                },
-            );
+            let lb = build(kind, &BuildContext::new(&targets, 42));
             group.bench_with_input(BenchmarkId::new(kind.as_str(), n), &n, |b, _| {
                 // A fresh digest per pick, so consistent_hash walks a
                 // different part of the ring each time.

@@ -21,12 +21,34 @@ pub struct RouteContext<'a> {
     /// images, tool calls and tool results), or of the raw body when the
     /// gateway could not read one; `0` means none.
     pub prompt_digest: u64,
+    /// The request's token ids when the caller supplied them (the
+    /// `x-rolter-token-ids` header, or an integer `prompt` on
+    /// `/v1/completions`); KV-block scoring is neutral without them.
+    pub token_ids: Option<&'a [u32]>,
+    /// The LoRA adapter the request addresses. Set only when the request names
+    /// something other than its route's own model (a passthrough provider-group
+    /// address); adapter affinity is inert otherwise.
+    pub adapter: Option<&'a str>,
+    /// Milliseconds on the gateway's monotonic clock when the pick is made.
+    /// The balancer reads no clock of its own: TTLs and staleness are measured
+    /// against this, which tests set by hand.
+    pub now_ms: u64,
 }
 
 impl<'a> RouteContext<'a> {
     /// Upper bound, in bytes, on [`RouteContext::prompt`]: the conversation's
     /// first 32 KiB (load-balancing spec).
     pub const MAX_PROMPT_BYTES: usize = 32 * 1024;
+
+    /// The request's prompt size in thousands of tokens: the token-id count
+    /// when given, else the conversation's bytes / 4 (decisions.md).
+    pub fn prompt_ktokens(&self) -> f64 {
+        let tokens = match self.token_ids {
+            Some(ids) => ids.len() as f64,
+            None => self.prompt_len as f64 / 4.0,
+        };
+        tokens / 1000.0
+    }
 }
 
 /// Longest prefix of `text` that is at most `max` bytes and ends on a char

@@ -14,14 +14,20 @@
 //! [`build`] and share it.
 
 pub mod context;
+pub mod report;
 mod rng;
+pub mod scorer;
 pub mod strategy;
+pub mod views;
 
 pub use context::{bound_prompt, RouteContext};
+pub use report::{BalancerReport, DecisionSplit, TargetReport};
+pub use scorer::Scorer;
 pub use strategy::{
-    build, BuildContext, ConsistentHash, PowerOfTwo, Random, RoundRobin, StrategyKind, TargetSpec,
-    UnknownStrategy, WeightedRoundRobin,
+    build, AdaptivePolicy, BuildContext, ConsistentHash, PowerOfTwo, Price, Random, RoundRobin,
+    StrategyKind, TargetSpec, UnknownStrategy, WeightedRoundRobin,
 };
+pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 
 /// A load-balancing strategy over one route's targets.
 ///
@@ -57,6 +63,13 @@ pub trait LoadBalancer: Send + Sync {
     }
 
     /// Tells a learning strategy which target served the request described by
-    /// `ctx`. None of the strategies here learn, so they keep the no-op.
+    /// `ctx`. Stateless strategies keep the no-op.
     fn observe(&self, _target: usize, _ctx: &RouteContext) {}
+
+    /// The balancer's account of its state (scores, decisions, learned
+    /// sizes). Called off the request path; stateless strategies report
+    /// nothing.
+    fn report(&self) -> BalancerReport {
+        BalancerReport::default()
+    }
 }

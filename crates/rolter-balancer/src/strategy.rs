@@ -19,7 +19,9 @@ mod properties;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
+use crate::views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 use crate::LoadBalancer;
 
 pub use consistent_hash::ConsistentHash;
@@ -122,7 +124,7 @@ impl fmt::Display for UnknownStrategy {
 impl std::error::Error for UnknownStrategy {}
 
 /// One target as a strategy sees it at build time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TargetSpec<'a> {
     /// Stable identity, `provider-slug/upstream-model`. Learned state that
     /// must survive reordering (hash-ring positions) is keyed by it, never by
@@ -131,16 +133,94 @@ pub struct TargetSpec<'a> {
     /// Relative share of traffic; read only by strategies for which
     /// [`StrategyKind::reads_weights`] holds. `0` takes no share.
     pub weight: u32,
+    /// Catalog price of the target's upstream model; `None` when not priced
+    /// (cost-neutral).
+    pub price: Option<Price>,
+    /// LoRA adapters the target's engine holds at once (its `--max-loras`);
+    /// `lora_aware` remembers that many per target.
+    pub max_adapters: usize,
+}
+
+impl<'a> TargetSpec<'a> {
+    /// Adapters remembered per target when the provider does not say
+    /// (decisions.md; vLLM's default `--max-loras` is smaller, fleets that
+    /// serve many adapters raise it).
+    pub const DEFAULT_MAX_ADAPTERS: usize = 8;
+
+    /// A target with weight 1, no price and the default adapter slots.
+    pub fn new(id: &'a str) -> Self {
+        Self {
+            id,
+            weight: 1,
+            price: None,
+            max_adapters: Self::DEFAULT_MAX_ADAPTERS,
+        }
+    }
+}
+
+/// A model's catalog price, in currency units per million tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// The deployment-wide `[adaptive_routing]` policy, already sanitized
+/// (weights clamped at zero, exploration to [0, 0.5]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptivePolicy {
+    pub enabled: bool,
+    pub latency_weight: f64,
+    pub cost_weight: f64,
+    pub load_weight: f64,
+    pub exploration_ratio: f64,
+    pub min_samples: u64,
+}
+
+impl Default for AdaptivePolicy {
+    /// The specification's defaults: off, 1.0 / 0.5 / 0.25, 5 %, 50 samples.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            latency_weight: 1.0,
+            cost_weight: 0.5,
+            load_weight: 0.25,
+            exploration_ratio: 0.05,
+            min_samples: 50,
+        }
+    }
 }
 
 /// Everything a strategy may need at build time.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct BuildContext<'a> {
     /// The route's targets, in the order pick indices refer to.
     pub targets: &'a [TargetSpec<'a>],
     /// Seed for the random strategies. Give each balancer its own (a fixed
     /// seed in tests makes picks reproducible).
     pub seed: u64,
+    /// The gateway's measurements of the route's targets.
+    pub stats: Arc<dyn TargetStatsView>,
+    /// KV-event index of the route's targets, when any has a source.
+    pub kv_blocks: Arc<dyn KvBlockView>,
+    /// LMCache occupancy of the route's targets, when any has a source.
+    pub occupancy: Arc<dyn OccupancyView>,
+    pub adaptive: AdaptivePolicy,
+}
+
+impl<'a> BuildContext<'a> {
+    /// A context over `targets` with no measurements and default policies
+    /// (tests, benches, strategies that need nothing else).
+    pub fn new(targets: &'a [TargetSpec<'a>], seed: u64) -> Self {
+        Self {
+            targets,
+            seed,
+            stats: Arc::new(NoViews),
+            kv_blocks: Arc::new(NoViews),
+            occupancy: Arc::new(NoViews),
+            adaptive: AdaptivePolicy::default(),
+        }
+    }
 }
 
 /// Builds the balancer for `kind` over `ctx.targets`. Build it once per route
@@ -222,16 +302,17 @@ mod tests {
             TargetSpec {
                 id: "a/m",
                 weight: 1,
+                price: None,
+                max_adapters: 8,
             },
             TargetSpec {
                 id: "b/m",
                 weight: 1,
+                price: None,
+                max_adapters: 8,
             },
         ];
-        let ctx = BuildContext {
-            targets: &targets,
-            seed: 1,
-        };
+        let ctx = BuildContext::new(&targets, 1);
         for &kind in StrategyKind::ALL {
             assert_eq!(build(kind, &ctx).name(), kind.as_str());
         }
@@ -243,19 +324,17 @@ mod tests {
             TargetSpec {
                 id: "a/m",
                 weight: 3,
+                price: None,
+                max_adapters: 8,
             },
             TargetSpec {
                 id: "b/m",
                 weight: 1,
+                price: None,
+                max_adapters: 8,
             },
         ];
-        let lb = build(
-            StrategyKind::Weighted,
-            &BuildContext {
-                targets: &targets,
-                seed: 0,
-            },
-        );
+        let lb = build(StrategyKind::Weighted, &BuildContext::new(&targets, 0));
         let picks: Vec<usize> = (0..8)
             .map(|_| lb.pick(&RouteContext::default(), &[0, 0]).unwrap())
             .collect();
@@ -264,10 +343,7 @@ mod tests {
 
     #[test]
     fn built_balancer_over_no_targets_picks_nothing() {
-        let ctx = BuildContext {
-            targets: &[],
-            seed: 0,
-        };
+        let ctx = BuildContext::new(&[], 0);
         for &kind in StrategyKind::ALL {
             assert_eq!(build(kind, &ctx).pick(&RouteContext::default(), &[]), None);
         }

@@ -74,15 +74,14 @@ fn balancer(kind: StrategyKind, case: &Case) -> Box<dyn LoadBalancer> {
     let targets: Vec<TargetSpec> = ids
         .iter()
         .zip(&case.weights)
-        .map(|(id, &weight)| TargetSpec { id, weight })
+        .map(|(id, &weight)| TargetSpec {
+            id,
+            weight,
+            price: None,
+            max_adapters: TargetSpec::DEFAULT_MAX_ADAPTERS,
+        })
         .collect();
-    build(
-        kind,
-        &BuildContext {
-            targets: &targets,
-            seed: case.seed,
-        },
-    )
+    build(kind, &BuildContext::new(&targets, case.seed))
 }
 
 fn check_picks(
@@ -96,6 +95,7 @@ fn check_picks(
         prompt: &case.prompt,
         prompt_len: case.prompt.len(),
         prompt_digest: case.prompt_digest,
+        ..RouteContext::default()
     };
     let eligible = |i: usize| case.eligible[i];
     let any_eligible = case.eligible.iter().any(|&e| e);

@@ -1,0 +1,73 @@
+//! Read-only views of what the gateway knows about each target, handed to
+//! strategies at build time (see [`crate::BuildContext`]).
+//!
+//! The gateway implements these over its own state (the load tracker, the
+//! KV-event index, the LMCache poller); target indices are the route's, as
+//! for `pick`. Every method is called on the request path: implementations
+//! read atomics or take only short, non-blocking locks, and never do I/O.
+//! `None` always means "unknown": the scorer built on it stays neutral.
+
+/// What the gateway has measured about each target.
+pub trait TargetStatsView: Send + Sync {
+    /// Smoothed latency of successful requests, in ms; `None` before the first.
+    fn latency_ms(&self, target: usize) -> Option<f64>;
+    /// How many successful requests fed [`TargetStatsView::latency_ms`].
+    fn latency_samples(&self, target: usize) -> u64;
+    /// What a request of `prompt_ktokens` joining a queue of `queue_depth`
+    /// is modelled to take on `target`, in ms; `None` while the target's
+    /// model has too little evidence (see `predicted_latency`).
+    fn predicted_latency_ms(
+        &self,
+        target: usize,
+        queue_depth: u64,
+        prompt_ktokens: f64,
+    ) -> Option<f64>;
+}
+
+/// The engines' KV caches as their event streams describe them.
+pub trait KvBlockView: Send + Sync {
+    /// The fraction in [0, 1] of the request's leading full token blocks that
+    /// are resident on `target`; `None` when that target has no fresh index
+    /// (no source, stale, cleared after a gap, not yet rebuilt).
+    fn resident_fraction(&self, target: usize, token_ids: &[u32]) -> Option<f64>;
+}
+
+/// The LMCache occupancy signal of each target.
+pub trait OccupancyView: Send + Sync {
+    /// Free capacity (1 - occupancy) in [0, 1] of the target's cache when the
+    /// signal is fresh, the cache available and not saturated; `None` otherwise.
+    fn free_capacity(&self, target: usize) -> Option<f64>;
+}
+
+/// A view that knows nothing: every scorer built on it is neutral.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoViews;
+
+impl TargetStatsView for NoViews {
+    fn latency_ms(&self, _target: usize) -> Option<f64> {
+        None
+    }
+    fn latency_samples(&self, _target: usize) -> u64 {
+        0
+    }
+    fn predicted_latency_ms(
+        &self,
+        _target: usize,
+        _queue_depth: u64,
+        _prompt_ktokens: f64,
+    ) -> Option<f64> {
+        None
+    }
+}
+
+impl KvBlockView for NoViews {
+    fn resident_fraction(&self, _target: usize, _token_ids: &[u32]) -> Option<f64> {
+        None
+    }
+}
+
+impl OccupancyView for NoViews {
+    fn free_capacity(&self, _target: usize) -> Option<f64> {
+        None
+    }
+}
