@@ -14,6 +14,8 @@ use pingora::protocols::http::ServerSession;
 use serde::Serialize;
 use serde_json::json;
 
+use rolter_balancer::{BalancerReport, StrategyKind};
+
 use crate::auth::bearer_token;
 use crate::config::AdminRole;
 use crate::state::GatewayState;
@@ -92,6 +94,7 @@ impl AdminApp {
                 model: &route.model,
                 strategy: route.strategy.as_str(),
                 reads_weights: route.strategy.reads_weights(),
+                report: ReportView::from(route.balancer.report()),
                 targets: route
                     .targets
                     .iter()
@@ -118,6 +121,56 @@ struct RouteView<'a> {
     strategy: &'static str,
     reads_weights: bool,
     targets: Vec<TargetView<'a>>,
+    report: ReportView,
+}
+
+/// A balancer's report as JSON: components and signals as objects.
+#[derive(Serialize)]
+struct ReportView {
+    decisions: Option<DecisionsView>,
+    targets: Vec<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct DecisionsView {
+    engaged: bool,
+    blend: u64,
+    fallback: u64,
+    exploration: u64,
+}
+
+impl From<BalancerReport> for ReportView {
+    fn from(report: BalancerReport) -> Self {
+        let pairs = |pairs: &[(&'static str, f64)]| {
+            pairs
+                .iter()
+                .map(|(name, value)| ((*name).to_string(), json!(value)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        ReportView {
+            decisions: report.decisions.map(|d| DecisionsView {
+                engaged: d.engaged,
+                blend: d.blend,
+                fallback: d.fallback,
+                exploration: d.exploration,
+            }),
+            targets: report
+                .targets
+                .iter()
+                .map(|t| {
+                    json!({
+                        "score": t.score,
+                        "components": pairs(&t.components),
+                        "signals": pairs(&t.signals),
+                        "picks": t.picks,
+                        "last_pick_ms": t.last_pick_ms,
+                        "learned_size": t.learned_size,
+                        "evictions": t.evictions,
+                    })
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -147,7 +200,10 @@ impl ServeHttp for AdminApp {
             (&Method::GET, "/metrics") => respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                self.state.metrics.render(&self.state.tracker).into_bytes(),
+                self.state
+                    .metrics
+                    .render(&self.state.tracker, &self.state.snapshot())
+                    .into_bytes(),
             ),
             (&Method::POST, "/admin/reload") => match self.refusal(session, AdminRole::Admin) {
                 None => self.reload().await,
@@ -155,6 +211,10 @@ impl ServeHttp for AdminApp {
             },
             (&Method::GET, "/admin/routes") => match self.refusal(session, AdminRole::Viewer) {
                 None => self.routes(),
+                Some(refusal) => refusal,
+            },
+            (&Method::GET, "/admin/strategies") => match self.refusal(session, AdminRole::Viewer) {
+                None => strategies(),
                 Some(refusal) => refusal,
             },
             (_, "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload") => error(
@@ -167,6 +227,16 @@ impl ServeHttp for AdminApp {
             ),
         }
     }
+}
+
+/// Every strategy and whether it reads target weights (the list the
+/// dashboard's `usesWeights()` mirrors).
+fn strategies() -> Response<Vec<u8>> {
+    let list: Vec<_> = StrategyKind::ALL
+        .iter()
+        .map(|k| json!({ "name": k.as_str(), "reads_weights": k.reads_weights() }))
+        .collect();
+    json_response(StatusCode::OK, &json!({ "strategies": list }))
 }
 
 fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::{self, AdminRole};
+use crate::snapshot::{Route, RouteKind};
 
 /// A proxy caller and what it may reach.
 #[derive(Debug)]
@@ -34,6 +35,18 @@ impl Caller {
 
     pub fn may_use_model(&self, model: &str) -> bool {
         self.models.as_ref().is_none_or(|m| m.contains(model))
+    }
+
+    /// Whether the caller may use `route`: its address is listed, or, for a
+    /// provider-group address, the group's slug is (it allows every model
+    /// through the group). A pinned provider address needs the key to allow
+    /// every model.
+    pub fn may_use_route(&self, route: &Route) -> bool {
+        let Some(models) = &self.models else {
+            return true;
+        };
+        models.contains(&route.model)
+            || matches!(&route.kind, RouteKind::Group { slug } if models.contains(slug))
     }
 
     pub fn may_use_provider(&self, slug: &str) -> bool {

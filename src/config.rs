@@ -11,9 +11,14 @@
 //! SHA-256 digests of caller keys and admin tokens.
 //!
 //! Parts of the `rolter.toml` contract that this version does not implement
-//! (TLS listeners, provider groups, health checks, ...) parse, and then fail
+//! (TLS listeners, health checks, the breaker, ...) parse, and then fail
 //! validation with a message that says so, so that nobody believes such a
 //! setting took effect.
+//!
+//! A setting that is valid but does not do what it seems to (a weight under
+//! a strategy that ignores weights, an adaptive-routing value clamped on the
+//! way in) is not an error: it lands in [`Config::warnings`], which `rolter
+//! check` and `serve` print.
 
 mod base_url;
 mod error;
@@ -34,17 +39,42 @@ pub use error::{ConfigError, ConfigErrors};
 pub use slug::{derive_slug, is_valid_slug};
 
 /// A validated configuration. Rebuilt on reload, so plain owned data.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// (`PartialEq` only: catalog prices and the adaptive policy are `f64`s.)
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The file path as given, for messages.
     pub source: String,
     pub server: Server,
     pub providers: Vec<Provider>,
     pub routes: Vec<Route>,
+    /// Fleets addressed as `<group-slug>/<model>`. Group slugs and provider
+    /// slugs are one namespace: no group has a provider's slug.
+    pub provider_groups: Vec<ProviderGroup>,
+    /// Upstream model prices; no two entries share a model. Look one up
+    /// with [`Config::price_of`].
+    pub catalog: Vec<CatalogEntry>,
+    /// `[adaptive_routing]`, already clamped (weights >= 0, exploration in
+    /// [0, 0.5]); never enabled with all three weights zero.
+    pub adaptive_routing: rolter_balancer::AdaptivePolicy,
     pub api_keys: Vec<ApiKey>,
     pub admin_tokens: Vec<AdminToken>,
     pub retry: Retry,
     pub timeouts: Timeouts,
+    /// Settings that validated but do not do what they seem to, in file
+    /// order, each naming its field and line. Never a reason to refuse the
+    /// file; `rolter check` and `serve` print them.
+    pub warnings: Vec<ConfigError>,
+}
+
+impl Config {
+    /// The catalog price of an upstream model, `None` when unpriced
+    /// (cost-neutral). A linear scan: for snapshot building, not the request
+    /// path.
+    pub fn price_of(&self, upstream_model: &str) -> Option<&CatalogEntry> {
+        self.catalog
+            .iter()
+            .find(|entry| entry.model == upstream_model)
+    }
 }
 
 /// `[server]`.
@@ -96,6 +126,8 @@ pub struct Provider {
     pub api_key: Option<String>,
     /// Health probe path, starting with '/'.
     pub health_path: String,
+    /// LoRA adapters the engine holds at once (its `--max-loras`), 1..=1024.
+    pub max_loras: usize,
 }
 
 impl fmt::Debug for Provider {
@@ -106,6 +138,7 @@ impl fmt::Debug for Provider {
             .field("base_url", &format_args!("{}", self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| Redacted))
             .field("health_path", &self.health_path)
+            .field("max_loras", &self.max_loras)
             .finish()
     }
 }
@@ -131,13 +164,62 @@ pub struct RouteTarget {
     pub weight: u32,
 }
 
+/// A provider group: a fleet addressed as `<slug>/<model>`. It has no
+/// route; the gateway builds one per request from the members, with the
+/// group's strategy and weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderGroup {
+    /// Display name.
+    pub name: String,
+    /// `^[a-z0-9][a-z0-9-]{0,62}$`, unique across providers and groups.
+    pub slug: String,
+    pub strategy: rolter_balancer::StrategyKind,
+    /// Never empty; no provider twice.
+    pub members: Vec<GroupMember>,
+}
+
+/// One member of a provider group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupMember {
+    /// Provider slug.
+    pub provider: String,
+    /// Declared upstream model, sent whatever the caller asked for; `None`
+    /// is passthrough: the member forwards the model of the
+    /// `<group>/<model>` address.
+    pub model: Option<String>,
+    /// >= 1; read only by strategies that use weights.
+    pub weight: u32,
+}
+
+/// The price of one upstream model, in currency units per million tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogEntry {
+    /// Upstream model name, as sent to providers.
+    pub model: String,
+    /// Finite, >= 0.
+    pub input_per_mtok: f64,
+    /// Finite, >= 0.
+    pub output_per_mtok: f64,
+}
+
+impl CatalogEntry {
+    /// The price as the balancer takes it.
+    pub fn price(&self) -> rolter_balancer::Price {
+        rolter_balancer::Price {
+            input_per_mtok: self.input_per_mtok,
+            output_per_mtok: self.output_per_mtok,
+        }
+    }
+}
+
 /// A caller of the proxy.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey {
     pub name: String,
     /// SHA-256 of the key; the key itself is not kept.
     pub sha256: [u8; 32],
-    /// Public models this key may use; empty = all.
+    /// Route models and provider-group slugs this key may use (a group slug
+    /// allows every `<group>/<model>` address); empty = all.
     pub models: Vec<String>,
     /// Provider slugs this key may reach; empty = all.
     pub providers: Vec<String>,

@@ -30,6 +30,8 @@ pub enum GatewayError {
     BadRequest(#[from] RequestError),
     #[error("The model `{model}` does not exist.")]
     UnknownModel { model: String },
+    #[error("Too many distinct models addressed through groups and providers ({limit} per configuration version); `{model}` is one too many.")]
+    AddressLimit { model: String, limit: usize },
     #[error("No eligible target for the model `{model}`: {reason}.")]
     NoEligibleTarget { model: String, reason: String },
     #[error("Every attempt for the model `{model}` failed; last: {last}.")]
@@ -62,7 +64,7 @@ impl GatewayError {
             GatewayError::ModelNotAllowed { .. } | GatewayError::NoAllowedProvider { .. } => 403,
             GatewayError::BodyTooLarge { .. } => 413,
             GatewayError::BadRequest(_) | GatewayError::BodyRead(_) => 400,
-            GatewayError::NoEligibleTarget { .. } => 503,
+            GatewayError::NoEligibleTarget { .. } | GatewayError::AddressLimit { .. } => 503,
             GatewayError::UpstreamFailed { .. } => 502,
         }
     }
@@ -96,6 +98,9 @@ impl GatewayError {
                 ("server_error", None, Some("no_eligible_target"))
             }
             GatewayError::UpstreamFailed { .. } => ("server_error", None, Some("upstream_error")),
+            GatewayError::AddressLimit { .. } => {
+                ("server_error", Some("model"), Some("address_limit"))
+            }
         }
     }
 

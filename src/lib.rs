@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod error;

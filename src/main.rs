@@ -44,6 +44,9 @@ fn main() {
 fn check(path: &std::path::Path) -> i32 {
     match config::load(path) {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             println!(
                 "rolter: configuration file {} test is successful ({} providers, {} routes)",
                 path.display(),

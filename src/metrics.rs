@@ -5,10 +5,12 @@
 //! request path does not hash label sets for its histograms and counters.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use rolter_balancer::StrategyKind;
 
+use crate::snapshot::Snapshot;
 use crate::tracker::LoadTracker;
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
@@ -27,6 +29,7 @@ pub struct Metrics {
     upstream_failures: IntCounterVec,
     reloads: IntCounterVec,
     config_version: IntGauge,
+    adaptive_score: GaugeVec,
 }
 
 /// Handles of one route, resolved when the snapshot is built.
@@ -123,6 +126,14 @@ impl Metrics {
             "Version of the configuration snapshot being served.",
         )
         .expect("static metric definition");
+        let adaptive_score = GaugeVec::new(
+            Opts::new(
+                "rolter_adaptive_routing_target_score",
+                "Blended score the adaptive strategy last ranked each target by.",
+            ),
+            &["model", "target"],
+        )
+        .expect("static metric definition");
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(upstream_latency.clone()),
@@ -132,6 +143,7 @@ impl Metrics {
             Box::new(upstream_failures.clone()),
             Box::new(reloads.clone()),
             Box::new(config_version.clone()),
+            Box::new(adaptive_score.clone()),
         ] {
             registry
                 .register(collector)
@@ -147,6 +159,7 @@ impl Metrics {
             upstream_failures,
             reloads,
             config_version,
+            adaptive_score,
         }
     }
 
@@ -186,12 +199,27 @@ impl Metrics {
         self.config_version.set(version as i64);
     }
 
-    /// Prometheus text exposition, with the in-flight gauges read from the tracker.
-    pub fn render(&self, tracker: &LoadTracker) -> String {
+    /// Prometheus text exposition, with the gauges read at scrape time from
+    /// the tracker (in flight) and the snapshot's balancers (adaptive scores).
+    pub fn render(&self, tracker: &LoadTracker, snapshot: &Snapshot) -> String {
         for (id, stats) in tracker.entries() {
             self.in_flight
                 .with_label_values(&[&id.to_string()])
                 .set(stats.in_flight() as i64);
+        }
+        for route in snapshot
+            .routes()
+            .iter()
+            .filter(|r| r.strategy == StrategyKind::Adaptive)
+        {
+            let report = route.balancer.report();
+            for (target, entry) in route.targets.iter().zip(&report.targets) {
+                if let Some(score) = entry.score {
+                    self.adaptive_score
+                        .with_label_values(&[&route.model, &target.label])
+                        .set(score);
+                }
+            }
         }
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
@@ -235,12 +263,14 @@ mod tests {
 
     #[test]
     fn render_reports_requests_and_in_flight() {
-        let metrics = Metrics::new();
-        let tracker = LoadTracker::new();
+        let metrics = std::sync::Arc::new(Metrics::new());
+        let tracker = std::sync::Arc::new(LoadTracker::new());
+        let config = crate::config::parse("t.toml", "", &|_| None).unwrap();
+        let snapshot = Snapshot::build(config, 1, &tracker, &metrics).unwrap();
         let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
         let _guard = stats.begin();
         metrics.record_request("chat", "gpu-a/m", 200);
-        let text = metrics.render(&tracker);
+        let text = metrics.render(&tracker, &snapshot);
         assert!(
             text.contains(r#"rolter_requests_total{route="chat",status="200",target="gpu-a/m"} 1"#)
         );

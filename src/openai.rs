@@ -2,9 +2,11 @@
 
 mod conversation;
 mod request;
+mod token_ids;
 
 pub use conversation::Conversation;
 pub use request::{parse_request, ParsedRequest, RequestError};
+pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 
 /// The endpoints the gateway serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,8 +35,8 @@ pub use ctx::RequestCtx;
 use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
 use crate::metrics::FailureReason;
-use crate::openai::{parse_request, Endpoint};
-use crate::snapshot::Snapshot;
+use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
+use crate::snapshot::{Snapshot, Unresolved, MAX_ADDRESSED_ROUTES};
 use crate::state::GatewayState;
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
@@ -97,14 +97,22 @@ impl Gateway {
             return Ok(None);
         }
 
+        let token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
+            Some(value) => Some(parse_token_ids(value.as_bytes())?),
+            None => None,
+        };
         let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
         let parsed = parse_request(endpoint, &body)?;
-        let route = snapshot
-            .route(&parsed.model)
-            .ok_or_else(|| GatewayError::UnknownModel {
+        let route = snapshot.resolve(&parsed.model).map_err(|e| match e {
+            Unresolved::Unknown => GatewayError::UnknownModel {
                 model: parsed.model.clone(),
-            })?;
-        if !caller.may_use_model(&parsed.model) {
+            },
+            Unresolved::TooManyAddresses => GatewayError::AddressLimit {
+                model: parsed.model.clone(),
+                limit: MAX_ADDRESSED_ROUTES,
+            },
+        })?;
+        if !caller.may_use_route(&route) {
             return Err(GatewayError::ModelNotAllowed {
                 key: caller.name.clone(),
                 model: parsed.model,
@@ -129,7 +137,9 @@ impl Gateway {
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty())
             .map(str::to_string);
-        ctx.route = Some(Arc::clone(route));
+        ctx.token_ids = token_ids.or(parsed.token_ids);
+        ctx.adapter = route.adapter.clone();
+        ctx.route = Some(route);
         ctx.caller = Some(caller);
         ctx.body = body;
         ctx.model = parsed.model;
@@ -209,6 +219,7 @@ impl ProxyHttp for Gateway {
             .clone()
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route in context"))?;
 
+        ctx.now_ms = crate::clock::now_ms();
         let loads: SmallVec<[u64; 16]> =
             route.targets.iter().map(|t| t.stats.in_flight()).collect();
         let eligible = |i: usize| ctx.is_eligible(&route, i);
@@ -254,6 +265,7 @@ impl ProxyHttp for Gateway {
         ctx.attempt = ctx::Attempt {
             target: Some(index),
             started: Some(Instant::now()),
+            queue_depth: loads[index],
             in_flight: Some(target.stats.begin()),
             body: body::attempt_body(&ctx.body, &ctx.model_span, rewrite),
             status: None,

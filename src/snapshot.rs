@@ -2,80 +2,47 @@
 //!
 //! [`Snapshot::build`] turns a validated [`Config`] into everything the request
 //! path reads, resolving provider addresses, building one balancer per route
-//! for the snapshot's whole life (a balancer's state is what makes it balance)
-//! and attaching each target to its [`TargetStats`] in the shared
-//! [`LoadTracker`]. A reload builds a new snapshot and swaps it in whole
-//! (see `state.rs`); requests in flight keep the one they started with.
+//! and per provider group for the snapshot's whole life (a balancer's state is
+//! what makes it balance) and attaching each target to its [`TargetStats`] in
+//! the shared [`LoadTracker`]. A reload builds a new snapshot and swaps it in
+//! whole (see `state.rs`); requests in flight keep the one they started with.
+//!
+//! Addresses a client may use as `model` (config.md): a route's public model;
+//! `<group-slug>/<model>`, the members of a provider group; and
+//! `<provider-slug>/<model>`, one provider pinned. The last two have no
+//! configured route: [`Snapshot::resolve`] builds one on first use and keeps
+//! it for the snapshot's life, sharing the group's balancer (built once in
+//! `build`; before #1655 it was rebuilt per request and a whole fleet's
+//! traffic went to the first member).
+
+mod provider;
+mod route;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::HeaderValue;
-use pingora::upstreams::peer::HttpPeer;
-use rolter_balancer::{BuildContext, LoadBalancer, StrategyKind, TargetSpec};
+use rolter_balancer::{BuildContext, LoadBalancer, RoundRobin, StrategyKind, TargetSpec};
+
+pub use provider::Provider;
+pub use route::{Route, RouteKind, Target};
 
 use crate::auth::{AdminTokens, ApiKeys};
-use crate::config::{self, Config};
-use crate::metrics::{Metrics, RouteMetrics, TargetMetrics};
-use crate::tracker::{LoadTracker, TargetId, TargetStats};
+use crate::config::{Config, GroupMember};
+use crate::metrics::Metrics;
+use crate::tracker::{LoadTracker, TargetId, TrackerView};
 
 /// How long an idle upstream connection stays in the pool. Below the 5 s
 /// keep-alive of uvicorn (vLLM, SGLang), so the engine never closes a
 /// connection the gateway is about to reuse.
 pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// Where and how to reach one provider.
-#[derive(Debug)]
-pub struct Provider {
-    pub name: String,
-    pub slug: String,
-    pub addr: SocketAddr,
-    pub tls: bool,
-    pub host: String,
-    /// `Host` header value: the host, with the port when it is not the default.
-    pub host_header: HeaderValue,
-    /// Path prefix of the base URL ("" or "/x/y"), prepended to the request path.
-    pub path_prefix: String,
-    /// `Bearer <key>` sent upstream, from `api_key_env`.
-    pub authorization: Option<HeaderValue>,
-    pub base_url: String,
-}
-
-/// One target of one route.
-pub struct Target {
-    pub id: TargetId,
-    /// `id` as text (`provider/model`), the metrics label.
-    pub label: String,
-    pub provider: Arc<Provider>,
-    pub weight: u32,
-    /// The upstream model as a JSON string literal, spliced into request bodies.
-    pub model_json: Bytes,
-    pub model_header: HeaderValue,
-    pub provider_header: HeaderValue,
-    pub stats: Arc<TargetStats>,
-    pub metrics: TargetMetrics,
-    peer: HttpPeer,
-}
-
-impl Target {
-    /// A fresh peer for one attempt (Pingora takes it boxed).
-    pub fn peer(&self) -> Box<HttpPeer> {
-        Box::new(self.peer.clone())
-    }
-}
-
-pub struct Route {
-    pub model: String,
-    pub strategy: StrategyKind,
-    pub balancer: Box<dyn LoadBalancer>,
-    pub targets: Vec<Target>,
-    pub metrics: RouteMetrics,
-}
+/// Distinct group and pinned addresses one snapshot builds routes for. Each
+/// address has its own targets and counters, and clients choose the model
+/// part freely, so the number is bounded; a reload starts afresh.
+pub const MAX_ADDRESSED_ROUTES: usize = 4096;
 
 /// Settings read on the request path.
 #[derive(Clone, Debug)]
@@ -83,6 +50,23 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub require_api_key: bool,
     pub max_retries: u32,
+}
+
+/// A provider group: its members and the one balancer they share.
+pub struct Group {
+    pub slug: String,
+    pub strategy: StrategyKind,
+    pub balancer: Arc<dyn LoadBalancer>,
+    pub members: Vec<GroupMember>,
+}
+
+/// Why an address resolves to no route.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// Nothing is configured under that name.
+    Unknown,
+    /// The snapshot already built [`MAX_ADDRESSED_ROUTES`] addressed routes.
+    TooManyAddresses,
 }
 
 pub struct Snapshot {
@@ -93,6 +77,14 @@ pub struct Snapshot {
     routes: HashMap<String, Arc<Route>>,
     /// Routes in file order, for listings.
     route_order: Vec<Arc<Route>>,
+    providers: HashMap<String, Arc<Provider>>,
+    groups: HashMap<String, Group>,
+    // Routes built for group and pinned addresses. Read-locked for one map
+    // lookup per such request, write-locked once per new address; never held
+    // across an await.
+    addressed: RwLock<HashMap<String, Arc<Route>>>,
+    tracker: Arc<LoadTracker>,
+    metrics: Arc<Metrics>,
     pub api_keys: ApiKeys,
     pub admin_tokens: AdminTokens,
 }
@@ -110,67 +102,120 @@ pub enum BuildError {
     },
 }
 
+/// A seed per balancer, so random strategies do not move in lockstep.
+struct Seeds {
+    base: u64,
+    next: u64,
+}
+
+impl Seeds {
+    fn new() -> Self {
+        Self {
+            base: RandomState::new().build_hasher().finish(),
+            next: 0,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.next += 1;
+        self.base ^ self.next.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
 impl Snapshot {
     pub fn build(
         config: Config,
         version: u64,
-        tracker: &LoadTracker,
-        metrics: &Metrics,
+        tracker: &Arc<LoadTracker>,
+        metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, BuildError> {
         let mut providers = HashMap::new();
         for provider in &config.providers {
             providers.insert(
                 provider.slug.clone(),
-                Arc::new(resolve_provider(&config.source, provider)?),
+                Arc::new(provider::resolve(&config.source, provider)?),
             );
         }
 
-        let seed_base = RandomState::new().build_hasher().finish();
+        let mut seeds = Seeds::new();
         let mut routes = HashMap::new();
         let mut route_order = Vec::with_capacity(config.routes.len());
-        for (index, route) in config.routes.iter().enumerate() {
+        for route in &config.routes {
             let targets: Vec<Target> = route
                 .targets
                 .iter()
                 .map(|t| {
-                    let provider = Arc::clone(&providers[&t.provider]);
-                    build_target(
+                    Target::new(
                         &route.model,
-                        t,
-                        provider,
+                        Arc::clone(&providers[&t.provider]),
+                        &t.model,
+                        t.weight,
                         &config.timeouts,
                         tracker,
                         metrics,
                     )
                 })
                 .collect();
-            let ids: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
-            let specs: Vec<TargetSpec<'_>> = ids
-                .iter()
-                .zip(&targets)
-                .map(|(id, t)| TargetSpec {
-                    id,
-                    weight: t.weight,
-                    price: None,
-                    max_adapters: TargetSpec::DEFAULT_MAX_ADAPTERS,
-                })
-                .collect();
-            let balancer = rolter_balancer::build(
-                route.strategy,
-                &BuildContext::new(
-                    &specs,
-                    seed_base ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                ),
-            );
+            let specs: Vec<TargetSpec<'_>> = targets.iter().map(|t| t.spec(&config)).collect();
+            let stats = targets.iter().map(|t| Arc::clone(&t.stats)).collect();
+            let balancer =
+                build_balancer(route.strategy, &specs, stats, seeds.next(), &config).into();
             let route = Arc::new(Route {
                 model: route.model.clone(),
+                kind: RouteKind::Configured,
                 strategy: route.strategy,
                 balancer,
                 metrics: metrics.route(&route.model, route.strategy.as_str()),
                 targets,
+                adapter: None,
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
             route_order.push(route);
+        }
+
+        let mut groups = HashMap::new();
+        for group in &config.provider_groups {
+            // Costs and learned state of a group's balancer follow each
+            // member's declared upstream model; a passthrough member's model
+            // is unknown until a request names it, so it is cost-neutral.
+            let ids: Vec<String> = group
+                .members
+                .iter()
+                .map(|m| TargetId::new(m.provider.clone(), member_model(m)).to_string())
+                .collect();
+            let specs: Vec<TargetSpec<'_>> = group
+                .members
+                .iter()
+                .zip(&ids)
+                .map(|(m, id)| TargetSpec {
+                    id,
+                    weight: m.weight,
+                    price: m
+                        .model
+                        .as_deref()
+                        .and_then(|model| config.price_of(model))
+                        .map(|p| rolter_balancer::Price {
+                            input_per_mtok: p.input_per_mtok,
+                            output_per_mtok: p.output_per_mtok,
+                        }),
+                    max_adapters: providers[&m.provider].max_loras,
+                })
+                .collect();
+            let stats = group
+                .members
+                .iter()
+                .map(|m| tracker.stats(&TargetId::new(m.provider.clone(), member_model(m))))
+                .collect();
+            let balancer = build_balancer(group.strategy, &specs, stats, seeds.next(), &config);
+            groups.insert(
+                group.slug.clone(),
+                Group {
+                    slug: group.slug.clone(),
+                    strategy: group.strategy,
+                    balancer: balancer.into(),
+                    members: group.members.clone(),
+                },
+            );
         }
 
         Ok(Snapshot {
@@ -184,95 +229,131 @@ impl Snapshot {
             admin_tokens: AdminTokens::new(&config.admin_tokens),
             routes,
             route_order,
+            providers,
+            groups,
+            addressed: RwLock::new(HashMap::new()),
+            tracker: Arc::clone(tracker),
+            metrics: Arc::clone(metrics),
             config,
         })
     }
 
-    /// The route serving a public model name.
-    pub fn route(&self, model: &str) -> Option<&Arc<Route>> {
-        self.routes.get(model)
+    /// The route for the `model` a request names: a configured route, a
+    /// group address or a pinned provider address.
+    pub fn resolve(&self, model: &str) -> Result<Arc<Route>, Unresolved> {
+        if let Some(route) = self.routes.get(model) {
+            return Ok(Arc::clone(route));
+        }
+        let (slug, upstream) = model.split_once('/').ok_or(Unresolved::Unknown)?;
+        if upstream.is_empty()
+            || (!self.groups.contains_key(slug) && !self.providers.contains_key(slug))
+        {
+            return Err(Unresolved::Unknown);
+        }
+        let addressed = self.addressed.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(route) = addressed.get(model) {
+            return Ok(Arc::clone(route));
+        }
+        let full = addressed.len() >= MAX_ADDRESSED_ROUTES;
+        drop(addressed);
+        if full {
+            return Err(Unresolved::TooManyAddresses);
+        }
+        let route = Arc::new(match self.groups.get(slug) {
+            Some(group) => self.group_route(group, model, upstream),
+            None => self.pinned_route(&self.providers[slug], model, upstream),
+        });
+        let mut addressed = self.addressed.write().unwrap_or_else(|e| e.into_inner());
+        // A concurrent request may have built the same address first; keep
+        // one, so every request for it shares the same targets.
+        Ok(Arc::clone(
+            addressed.entry(model.to_string()).or_insert(route),
+        ))
+    }
+
+    fn group_route(&self, group: &Group, address: &str, requested: &str) -> Route {
+        let label = format!("{}/*", group.slug);
+        let targets = group
+            .members
+            .iter()
+            .map(|m| {
+                Target::new(
+                    &label,
+                    Arc::clone(&self.providers[&m.provider]),
+                    m.model.as_deref().unwrap_or(requested),
+                    m.weight,
+                    &self.config.timeouts,
+                    &self.tracker,
+                    &self.metrics,
+                )
+            })
+            .collect();
+        let passthrough = group.members.iter().any(|m| m.model.is_none());
+        Route {
+            model: address.to_string(),
+            kind: RouteKind::Group {
+                slug: group.slug.clone(),
+            },
+            strategy: group.strategy,
+            balancer: Arc::clone(&group.balancer),
+            targets,
+            metrics: self.metrics.route(&label, group.strategy.as_str()),
+            // The requested model names an adapter over shared base weights
+            // only where members forward it as asked.
+            adapter: passthrough.then(|| requested.to_string()),
+        }
+    }
+
+    fn pinned_route(&self, provider: &Arc<Provider>, address: &str, model: &str) -> Route {
+        let label = format!("{}/*", provider.slug);
+        Route {
+            model: address.to_string(),
+            kind: RouteKind::Pinned {
+                slug: provider.slug.clone(),
+            },
+            strategy: StrategyKind::RoundRobin,
+            balancer: Arc::new(RoundRobin::new(1)),
+            targets: vec![Target::new(
+                &label,
+                Arc::clone(provider),
+                model,
+                1,
+                &self.config.timeouts,
+                &self.tracker,
+                &self.metrics,
+            )],
+            metrics: self
+                .metrics
+                .route(&label, StrategyKind::RoundRobin.as_str()),
+            adapter: None,
+        }
     }
 
     /// Routes in configuration order.
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.route_order
     }
-}
 
-fn resolve_provider(source: &str, provider: &config::Provider) -> Result<Provider, BuildError> {
-    let base = &provider.base_url;
-    let resolve_error = |reason: String| BuildError::Resolve {
-        source_file: source.to_string(),
-        provider: provider.slug.clone(),
-        host: base.host.clone(),
-        port: base.port,
-        reason,
-    };
-    let addr = base
-        .authority()
-        .to_socket_addrs()
-        .map_err(|e| resolve_error(e.to_string()))?
-        .next()
-        .ok_or_else(|| resolve_error("no address".to_string()))?;
-    // The port is named only when it is not the scheme's default (RFC 9110 §7.2).
-    let host_header = if base.port == config::BaseUrl::default_port(base.tls) {
-        base.host.clone()
-    } else {
-        base.authority()
-    };
-    Ok(Provider {
-        name: provider.name.clone(),
-        slug: provider.slug.clone(),
-        addr,
-        tls: base.tls,
-        host: base.host.clone(),
-        host_header: HeaderValue::from_str(&host_header)
-            .map_err(|_| resolve_error("host is not a valid header value".to_string()))?,
-        path_prefix: base.path_prefix.clone(),
-        authorization: provider.api_key.as_ref().and_then(|key| {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).ok()?;
-            value.set_sensitive(true);
-            Some(value)
-        }),
-        base_url: base.to_string(),
-    })
-}
-
-fn build_target(
-    route_model: &str,
-    target: &config::RouteTarget,
-    provider: Arc<Provider>,
-    timeouts: &config::Timeouts,
-    tracker: &LoadTracker,
-    metrics: &Metrics,
-) -> Target {
-    let id = TargetId::new(target.provider.clone(), target.model.clone());
-    let label = id.to_string();
-    // SNI is the bare host name (brackets of an IPv6 literal removed).
-    let sni = provider
-        .host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let mut peer = HttpPeer::new(provider.addr, provider.tls, sni);
-    peer.options.connection_timeout = Some(timeouts.connect);
-    // Pingora applies one read timeout to every upstream read, headers
-    // included; the longer of the two bounds keeps a slow prefill alive.
-    peer.options.read_timeout = Some(timeouts.first_byte.max(timeouts.idle));
-    peer.options.idle_timeout = Some(UPSTREAM_IDLE_TIMEOUT);
-    let model_json = serde_json::to_vec(&target.model).unwrap_or_default();
-    Target {
-        stats: tracker.stats(&id),
-        metrics: metrics.target(route_model, &label),
-        model_header: HeaderValue::from_str(&target.model)
-            .unwrap_or_else(|_| HeaderValue::from_static("-")),
-        provider_header: HeaderValue::from_str(&target.provider)
-            .unwrap_or_else(|_| HeaderValue::from_static("-")),
-        model_json: Bytes::from(model_json),
-        weight: target.weight,
-        provider,
-        label,
-        id,
-        peer,
+    /// Provider groups, by slug.
+    pub fn groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
     }
+}
+
+/// The model a group member is known by at build time.
+fn member_model(member: &GroupMember) -> &str {
+    member.model.as_deref().unwrap_or("*")
+}
+
+fn build_balancer(
+    strategy: StrategyKind,
+    specs: &[TargetSpec<'_>],
+    stats: Vec<Arc<crate::tracker::TargetStats>>,
+    seed: u64,
+    config: &Config,
+) -> Box<dyn LoadBalancer> {
+    let mut context = BuildContext::new(specs, seed);
+    context.stats = Arc::new(TrackerView::new(stats));
+    context.adaptive = config.adaptive_routing;
+    rolter_balancer::build(strategy, &context)
 }

@@ -38,6 +38,8 @@ impl LoadError {
 #[derive(Debug, serde::Serialize)]
 pub struct Reloaded {
     pub version: u64,
+    /// Warnings of the new configuration (it was applied regardless).
+    pub warnings: Vec<String>,
     /// Settings that changed but only take effect on restart or upgrade.
     pub needs_restart: Vec<String>,
 }
@@ -67,6 +69,7 @@ impl GatewayState {
     /// Builds the first snapshot from an already validated configuration;
     /// reloads read `config_path`.
     pub fn from_config(config: Config, config_path: &Path) -> Result<Arc<GatewayState>, LoadError> {
+        log_warnings(&config);
         let tracker = Arc::new(LoadTracker::new());
         let metrics = Arc::new(Metrics::new());
         let snapshot = Snapshot::build(config, 1, &tracker, &metrics)?;
@@ -104,6 +107,7 @@ impl GatewayState {
             Ok(snapshot) => {
                 let previous = self.snapshot.load();
                 let needs_restart = restart_only_changes(&previous.config, &snapshot.config);
+                let warnings = log_warnings(&snapshot.config);
                 let version = snapshot.version;
                 self.snapshot.store(Arc::new(snapshot));
                 self.metrics.record_reload(true);
@@ -117,6 +121,7 @@ impl GatewayState {
                 }
                 Ok(Reloaded {
                     version,
+                    warnings,
                     needs_restart,
                 })
             }
@@ -145,6 +150,18 @@ impl GatewayState {
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Relaxed)
     }
+}
+
+/// Logs the configuration's warnings and returns them as text.
+fn log_warnings(config: &Config) -> Vec<String> {
+    config
+        .warnings
+        .iter()
+        .map(|w| {
+            log::warn!("{w}");
+            w.to_string()
+        })
+        .collect()
 }
 
 /// Settings a running process cannot change (its listening sockets).

@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rolter_balancer::{LatencyModel, TargetStatsView};
+
 /// Weight of a new sample in the latency EWMA (decisions.md: alpha 0.3).
 pub const LATENCY_EWMA_ALPHA: f64 = 0.3;
 
@@ -54,6 +56,9 @@ pub struct TargetStats {
     /// f64 bits of the EWMA in seconds; `NO_SAMPLE` until the first success.
     latency_ewma_bits: AtomicU64,
     latency_samples: AtomicU64,
+    /// predicted_latency's model of this target; lives here, not in the
+    /// balancer, so a reload does not throw away what it learned.
+    latency_model: LatencyModel,
 }
 
 const NO_SAMPLE: u64 = 0;
@@ -89,6 +94,15 @@ impl TargetStats {
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Learns from a successful attempt: the latency EWMA, and the latency
+    /// model with the queue the request joined (`queue_depth`, read before
+    /// its own in-flight increment) and its prompt size.
+    pub fn record_success(&self, latency: Duration, queue_depth: u64, prompt_ktokens: f64) {
+        self.record_latency(latency);
+        self.latency_model
+            .learn(queue_depth, prompt_ktokens, latency.as_secs_f64() * 1000.0);
+    }
+
     /// Feeds the latency EWMA with a successful attempt's time to headers.
     pub fn record_latency(&self, latency: Duration) {
         let sample = latency.as_secs_f64();
@@ -121,14 +135,23 @@ impl TargetStats {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    pub fn load(&self) -> TargetLoad {
+    /// The latency EWMA in ms; `None` before the first successful attempt.
+    pub fn latency_ms(&self) -> Option<f64> {
         let bits = self.latency_ewma_bits.load(Ordering::Relaxed);
+        (bits != NO_SAMPLE).then(|| f64::from_bits(bits) * 1000.0)
+    }
+
+    pub fn latency_model(&self) -> &LatencyModel {
+        &self.latency_model
+    }
+
+    pub fn load(&self) -> TargetLoad {
         TargetLoad {
             in_flight: self.in_flight(),
             requests: self.requests.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             picks: self.picks.load(Ordering::Relaxed),
-            latency_ewma_ms: (bits != NO_SAMPLE).then(|| f64::from_bits(bits) * 1000.0),
+            latency_ewma_ms: self.latency_ms(),
             latency_samples: self.latency_samples.load(Ordering::Relaxed),
         }
     }
@@ -144,6 +167,41 @@ impl Drop for InFlightGuard {
     fn drop(&mut self) {
         let before = self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "in-flight count underflow");
+    }
+}
+
+/// The tracker as one balancer sees it: its targets' counters, by route index.
+pub struct TrackerView {
+    targets: Vec<Arc<TargetStats>>,
+}
+
+impl TrackerView {
+    pub fn new(targets: Vec<Arc<TargetStats>>) -> Self {
+        Self { targets }
+    }
+}
+
+impl TargetStatsView for TrackerView {
+    fn latency_ms(&self, target: usize) -> Option<f64> {
+        self.targets.get(target)?.latency_ms()
+    }
+
+    fn latency_samples(&self, target: usize) -> u64 {
+        self.targets
+            .get(target)
+            .map_or(0, |t| t.latency_samples.load(Ordering::Relaxed))
+    }
+
+    fn predicted_latency_ms(
+        &self,
+        target: usize,
+        queue_depth: u64,
+        prompt_ktokens: f64,
+    ) -> Option<f64> {
+        self.targets
+            .get(target)?
+            .latency_model
+            .predict(queue_depth, prompt_ktokens)
     }
 }
 

@@ -110,3 +110,18 @@ fn serve_test_flag_validates_both_files_and_exits() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("routes[0].targets"));
 }
+
+#[test]
+fn shipped_example_configuration_validates() {
+    let output = Command::new(ROLTER)
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/conf/rolter.toml"),
+        ])
+        .env("TEAM_ALPHA_KEY", "sk-example")
+        .env("ROLTER_ADMIN_TOKEN", "example")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}

@@ -28,8 +28,17 @@ pub const DEFAULT_REQUIRE_API_KEY: bool = true;
 pub const DEFAULT_HEALTH_PATH: &str = "/v1/models";
 /// Default for `routes.strategy`.
 pub const DEFAULT_STRATEGY: &str = "round_robin";
-/// Default for `routes.targets.weight`.
+/// Default for `routes.targets.weight` and `provider_groups.members.weight`.
 pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default for `providers.max_loras`: what `lora_aware` assumes when the
+/// provider does not say (the balancer's own default, so the two agree).
+pub const DEFAULT_MAX_LORAS: u64 = rolter_balancer::TargetSpec::DEFAULT_MAX_ADAPTERS as u64;
+/// Upper bound for `providers.max_loras`: far above any engine's adapter
+/// slots, low enough that a typo cannot make a balancer remember millions.
+pub const MAX_LORAS_LIMIT: u64 = 1024;
+/// Upper bound for `adaptive_routing.exploration_ratio`: exploration never
+/// exceeds half the traffic (load-balancing.md).
+pub const MAX_EXPLORATION_RATIO: f64 = 0.5;
 /// Default for `admin_tokens.role`: the least privilege.
 pub const DEFAULT_ADMIN_ROLE: &str = "viewer";
 /// Default for `retry.max_retries` (decisions.md: "Default 2 retries").
@@ -70,15 +79,19 @@ pub struct ConfigFile {
     /// `[timeouts]`: upstream timeouts. Default: every field's default.
     #[serde(default)]
     pub timeouts: TimeoutsTable,
+    /// `[[provider_groups]]`: fleets addressable as `<group-slug>/<model>`.
+    /// Default: none.
+    #[serde(default)]
+    pub provider_groups: Vec<ProviderGroupTable>,
+    /// `[[catalog]]`: upstream model prices, read by adaptive (cost) and the
+    /// dashboard. Default: none (every model cost-neutral).
+    #[serde(default)]
+    pub catalog: Vec<CatalogTable>,
+    /// `[adaptive_routing]`: the deployment-wide policy of the `adaptive`
+    /// strategy. Default: every field's default (switched off).
+    #[serde(default)]
+    pub adaptive_routing: AdaptiveRoutingTable,
 
-    /// `[[provider_groups]]`: not implemented in this version; rejected by
-    /// validation.
-    pub provider_groups: Option<toml::Value>,
-    /// `[[catalog]]`: not implemented in this version; rejected by validation.
-    pub catalog: Option<toml::Value>,
-    /// `[adaptive_routing]`: not implemented in this version; rejected by
-    /// validation.
-    pub adaptive_routing: Option<toml::Value>,
     /// `[health]`: not implemented in this version; rejected by validation.
     pub health: Option<toml::Value>,
     /// `[breaker]`: not implemented in this version; rejected by validation.
@@ -137,6 +150,10 @@ pub struct ProviderTable {
     pub api_key_env: Option<String>,
     /// Path probed for health, starting with '/'. Default: "/v1/models".
     pub health_path: Option<String>,
+    /// How many LoRA adapters the engine holds resident at once: set it to
+    /// the engine's vLLM `--max-loras`. `lora_aware` remembers that many
+    /// adapters per target. Default: 8; 1 to 1024.
+    pub max_loras: Option<u64>,
 
     /// Private CA file for https: not implemented in this version.
     pub ca_file: Option<toml::Value>,
@@ -174,7 +191,82 @@ pub struct TargetEntry {
     /// model.
     pub model: Option<String>,
     /// Relative share for strategies that read weights, >= 1. Default: 1.
+    /// Written under a strategy that does not read weights, it draws a
+    /// warning.
     pub weight: Option<u32>,
+}
+
+/// One `[[provider_groups]]` entry: a fleet addressed as
+/// `<group-slug>/<model>`, balanced over its members.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderGroupTable {
+    /// Display name. Required, non-empty, unique among groups.
+    pub name: Option<String>,
+    /// Identifier in `<slug>/<model>` addresses; same pattern as provider
+    /// slugs and unique across providers and groups together.
+    /// Default: derived from `name`.
+    pub slug: Option<String>,
+    /// Load-balancing strategy over the members (load-balancing.md).
+    /// Default: "round_robin".
+    pub strategy: Option<String>,
+    /// The group's providers. Required, non-empty, each provider at most
+    /// once.
+    pub members: Option<Vec<GroupMemberEntry>>,
+}
+
+/// One entry of `provider_groups.members`: `{ provider, model?, weight? }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMemberEntry {
+    /// Provider slug (or name). Required; must name a configured provider.
+    pub provider: Option<String>,
+    /// Upstream model this member serves, sent whatever the caller asked for.
+    /// Default: passthrough, the model of the `<group-slug>/<model>` address.
+    pub model: Option<String>,
+    /// Relative share for strategies that read weights, >= 1. Default: 1.
+    /// Written under a strategy that does not read weights, it draws a
+    /// warning.
+    pub weight: Option<u32>,
+}
+
+/// One `[[catalog]]` entry: the price of an upstream model.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogTable {
+    /// Upstream model name, as sent to providers. Required, non-empty,
+    /// unique.
+    pub model: Option<String>,
+    /// Price of input (prompt) tokens, in currency units per million tokens.
+    /// Required; finite, >= 0.
+    pub input_per_mtok: Option<f64>,
+    /// Price of output (completion) tokens, in currency units per million
+    /// tokens. Required; finite, >= 0.
+    pub output_per_mtok: Option<f64>,
+}
+
+/// `[adaptive_routing]`: the policy of the `adaptive` strategy, one for the
+/// whole deployment. Weights are relative to each other, not fractions.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveRoutingTable {
+    /// Kill switch; off, every adaptive route picks as its fallback stack
+    /// would. Default: false.
+    pub enabled: Option<bool>,
+    /// Weight of observed latency in the blend. Default: 1.0; a negative
+    /// value is taken as 0 (with a warning).
+    pub latency_weight: Option<f64>,
+    /// Weight of catalog cost in the blend. Default: 0.5; a negative value
+    /// is taken as 0 (with a warning).
+    pub cost_weight: Option<f64>,
+    /// Weight of in-flight load in the blend. Default: 0.25; a negative
+    /// value is taken as 0 (with a warning).
+    pub load_weight: Option<f64>,
+    /// Share of engaged picks made uniformly at random, a fraction.
+    /// Default: 0.05; clamped to [0, 0.5] (with a warning).
+    pub exploration_ratio: Option<f64>,
+    /// Requests a route serves before the blend may engage. Default: 50.
+    pub min_samples: Option<u64>,
 }
 
 /// One `[[api_keys]]` entry: a caller of the proxy.

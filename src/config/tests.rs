@@ -7,7 +7,10 @@ use rolter_balancer::StrategyKind;
 
 use super::*;
 
+mod adaptive;
+mod catalog;
 mod contract;
+mod groups;
 mod keys;
 mod providers;
 mod robustness;
@@ -41,6 +44,17 @@ fn errors(text: &str) -> Vec<ConfigError> {
         Ok(config) => panic!("expected errors, got {config:?}"),
         Err(errors) => errors.0,
     }
+}
+
+/// The warnings of a file that validates.
+fn warnings(text: &str) -> Vec<ConfigError> {
+    ok(text).warnings
+}
+
+fn only_warning(text: &str) -> ConfigError {
+    let warnings = warnings(text);
+    assert_eq!(warnings.len(), 1, "{}", ConfigErrors(warnings.clone()));
+    warnings.into_iter().next().unwrap()
 }
 
 fn only_error(text: &str) -> ConfigError {
@@ -94,6 +108,12 @@ fn empty_file_gets_every_default() {
     );
     assert!(config.providers.is_empty() && config.routes.is_empty());
     assert!(config.api_keys.is_empty() && config.admin_tokens.is_empty());
+    assert!(config.provider_groups.is_empty() && config.catalog.is_empty());
+    assert_eq!(
+        config.adaptive_routing,
+        rolter_balancer::AdaptivePolicy::default()
+    );
+    assert!(config.warnings.is_empty());
     assert_eq!(config.retry, Retry { max_retries: 2 });
     assert_eq!(
         config.timeouts,
@@ -130,9 +150,6 @@ targets = [{ provider = "gpu-a" }]
     );
 }
 
-/// config.md's example with the parts this version does not implement taken
-/// out, `cache_aware` replaced by `weighted`, and the `gpu-b` it routes to
-/// defined.
 // ---- syntax, unknown keys and types ---------------------------------------
 
 #[test]

@@ -7,10 +7,18 @@
 //! finds for it. A field that failed does not cascade: a provider with a bad
 //! `base_url` still resolves by slug for the routes that name it.
 //!
-//! One file per part of the file: `providers.rs`, `routes.rs`, `keys.rs`
-//! (API keys and admin tokens); `[server]`, `[retry]` and `[timeouts]` and
-//! the shared reporting helpers are here.
+//! A setting that is valid but has no effect, or is changed on the way in,
+//! is reported the same way into a second list, the warnings, which never
+//! make validation fail.
+//!
+//! One file per part of the file: `providers.rs`, `groups.rs` (provider
+//! groups), `routes.rs`, `keys.rs` (API keys and admin tokens), `catalog.rs`
+//! and `adaptive.rs`; `[server]`, `[retry]` and `[timeouts]` and the shared
+//! reporting helpers are here.
 
+mod adaptive;
+mod catalog;
+mod groups;
 mod keys;
 mod providers;
 mod routes;
@@ -35,23 +43,31 @@ pub(super) fn validate(
         locator,
         env,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     let server = v.server(file.server);
     let providers = v.providers(file.providers);
+    let groups = v.provider_groups(file.provider_groups, &providers);
+    // Every slug and model written, valid or not: a failed table has its
+    // own error already, and must not add "unknown" noise elsewhere.
+    let group_slugs: Vec<String> = groups
+        .iter()
+        .map(|group| group.slug.clone())
+        .filter(|slug| !slug.is_empty())
+        .collect();
     let route_models: Vec<String> = file
         .routes
         .iter()
         .filter_map(|route| route.model.clone())
         .collect();
-    let routes = v.routes(file.routes, &providers);
-    let api_keys = v.api_keys(file.api_keys, &route_models, &providers);
+    let routes = v.routes(file.routes, &providers, &group_slugs);
+    let api_keys = v.api_keys(file.api_keys, &route_models, &group_slugs, &providers);
     let admin_tokens = v.admin_tokens(file.admin_tokens);
+    let catalog = v.catalog(file.catalog);
+    let adaptive_routing = v.adaptive_routing(file.adaptive_routing);
     let retry = v.retry(file.retry);
     let timeouts = v.timeouts(file.timeouts);
     for (field, value) in [
-        ("provider_groups", &file.provider_groups),
-        ("catalog", &file.catalog),
-        ("adaptive_routing", &file.adaptive_routing),
         ("health", &file.health),
         ("breaker", &file.breaker),
         ("parking", &file.parking),
@@ -65,17 +81,23 @@ pub(super) fn validate(
         v.errors.sort_by_key(|error| error.line);
         return Err(ConfigErrors(v.errors));
     }
+    v.warnings.sort_by_key(|warning| warning.line);
     // No error means every table produced its validated form.
     debug_assert!(providers.iter().all(|p| p.valid.is_some()));
+    debug_assert!(groups.iter().all(|g| g.valid.is_some()));
     Ok(Config {
         source: source.to_owned(),
         server,
         providers: providers.into_iter().filter_map(|p| p.valid).collect(),
         routes,
+        provider_groups: groups.into_iter().filter_map(|g| g.valid).collect(),
+        catalog,
+        adaptive_routing,
         api_keys,
         admin_tokens,
         retry,
         timeouts,
+        warnings: v.warnings,
     })
 }
 
@@ -84,17 +106,28 @@ struct Validator<'a> {
     locator: &'a Locator<'a>,
     env: Env<'a>,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
 }
 
 impl Validator<'_> {
-    fn error(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        let field = field.into();
-        self.errors.push(ConfigError {
+    fn located(&self, field: String, message: String) -> ConfigError {
+        ConfigError {
             file: self.source.to_owned(),
             line: self.locator.line_of(&field),
             field: Some(field),
-            message: message.into(),
-        });
+            message,
+        }
+    }
+
+    fn error(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        let error = self.located(field.into(), message.into());
+        self.errors.push(error);
+    }
+
+    /// Reports a setting that is accepted but does not do what it seems to.
+    fn warn(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        let warning = self.located(field.into(), message.into());
+        self.warnings.push(warning);
     }
 
     /// Reports a contract field this version does not implement, if set.

@@ -31,6 +31,8 @@ pub struct ParsedRequest {
     pub prompt_len: usize,
     /// Digest of the whole conversation, or of the raw body when it has no readable one.
     pub prompt_digest: u64,
+    /// A completions `prompt` given as one list of token ids.
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// Why a body cannot be routed. Each names the offending field where there is one.
@@ -48,6 +50,8 @@ pub enum RequestError {
     ModelNotString,
     #[error("`model` must not be empty")]
     EmptyModel,
+    #[error("the `x-rolter-token-ids` header must be comma-separated unsigned integers: {0}")]
+    InvalidTokenIds(String),
 }
 
 impl RequestError {
@@ -115,13 +119,15 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     let model_span = span_in(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
 
     let mut conversation = Conversation::new();
+    let mut token_ids = None;
     let readable = match endpoint {
         Endpoint::ChatCompletions => envelope
             .messages
             .is_some_and(|m| read_messages(m, &mut conversation)),
-        Endpoint::Completions => envelope
-            .prompt
-            .is_some_and(|p| read_prompt(p, &mut conversation)),
+        Endpoint::Completions => envelope.prompt.is_some_and(|p| {
+            token_ids = read_token_ids(p);
+            read_prompt(p, &mut conversation)
+        }),
         Endpoint::Embeddings => envelope
             .input
             .is_some_and(|i| read_prompt(i, &mut conversation)),
@@ -138,7 +144,17 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         prompt: if readable { prompt } else { String::new() },
         prompt_len: if readable { prompt_len } else { 0 },
         prompt_digest,
+        token_ids,
     })
+}
+
+/// A prompt that is one list of token ids.
+fn read_token_ids(raw: &RawValue) -> Option<Vec<u32>> {
+    raw.get()
+        .starts_with('[')
+        .then(|| serde_json::from_str::<Vec<u32>>(raw.get()).ok())
+        .flatten()
+        .filter(|ids| !ids.is_empty())
 }
 
 /// Where `inner` (a slice borrowed from `outer`) sits in `outer`.
@@ -342,6 +358,9 @@ mod tests {
         assert_eq!(parse(r#"["a","b"]"#).prompt, "a\nb");
         let ids = parse("[1,2,3]");
         assert_eq!(ids.prompt, "");
+        assert_eq!(ids.token_ids.as_deref(), Some(&[1, 2, 3][..]));
+        assert_eq!(parse(r#""hello""#).token_ids, None);
+        assert_eq!(parse("[[1,2],[3]]").token_ids, None);
         assert_ne!(ids.prompt_digest, parse("[1,2,4]").prompt_digest);
         assert_ne!(
             parse("[[1,2],[3]]").prompt_digest,

@@ -29,6 +29,12 @@ pub struct RequestCtx {
     pub prompt: String,
     pub prompt_len: usize,
     pub prompt_digest: u64,
+    /// Token ids the caller supplied (header or integer prompt).
+    pub token_ids: Option<Vec<u32>>,
+    /// The LoRA adapter the request addresses (passthrough group routes).
+    pub adapter: Option<String>,
+    /// The clock reading the current attempt was routed at.
+    pub now_ms: u64,
     pub attempt: Attempt,
     /// Targets already dispatched to, never picked again for this request.
     pub tried: TargetSet,
@@ -46,6 +52,8 @@ pub struct RequestCtx {
 pub struct Attempt {
     pub target: Option<usize>,
     pub started: Option<Instant>,
+    /// In-flight requests at the target when this attempt joined its queue.
+    pub queue_depth: u64,
     pub in_flight: Option<InFlightGuard>,
     /// The body for this attempt's target (model rewritten).
     pub body: Bytes,
@@ -61,9 +69,9 @@ impl RequestCtx {
             prompt: &self.prompt,
             prompt_len: self.prompt_len,
             prompt_digest: self.prompt_digest,
-            token_ids: None,
-            adapter: None,
-            now_ms: 0,
+            token_ids: self.token_ids.as_deref(),
+            adapter: self.adapter.as_deref(),
+            now_ms: self.now_ms,
         }
     }
 

@@ -58,16 +58,35 @@ struct ModelCard<'a> {
     owned_by: &'static str,
 }
 
-/// `GET /v1/models`: the routes the caller may use.
+/// `GET /v1/models`: the routes the caller may use, then the group
+/// addresses of members that declare their model (a passthrough member
+/// serves whatever the engine has, which rolter cannot list).
 pub async fn models(session: &mut Session, snapshot: &Snapshot, caller: &Caller, keepalive: bool) {
+    let mut ids: Vec<String> = snapshot
+        .routes()
+        .iter()
+        .filter(|r| caller.may_use_route(r))
+        .map(|r| r.model.clone())
+        .collect();
+    let mut groups: Vec<_> = snapshot
+        .groups()
+        .filter(|g| caller.may_use_model(&g.slug))
+        .collect();
+    groups.sort_by(|a, b| a.slug.cmp(&b.slug));
+    for group in groups {
+        for model in group.members.iter().filter_map(|m| m.model.as_deref()) {
+            let address = format!("{}/{model}", group.slug);
+            if !ids.contains(&address) {
+                ids.push(address);
+            }
+        }
+    }
     let list = ModelList {
         object: "list",
-        data: snapshot
-            .routes()
+        data: ids
             .iter()
-            .filter(|r| caller.may_use_model(&r.model))
-            .map(|r| ModelCard {
-                id: &r.model,
+            .map(|id| ModelCard {
+                id,
                 object: "model",
                 created: 0,
                 owned_by: "rolter",

@@ -14,19 +14,33 @@
 //! [`build`] and share it.
 
 pub mod context;
+#[cfg(test)]
+mod fed_stats;
+mod hashing;
+pub mod latency_model;
+mod pick_counters;
+mod prefix_tree;
 pub mod report;
 mod rng;
 pub mod scorer;
+pub mod scorers;
 pub mod strategy;
 pub mod views;
 
 pub use context::{bound_prompt, RouteContext};
+pub use latency_model::LatencyModel;
 pub use report::{BalancerReport, DecisionSplit, TargetReport};
 pub use scorer::Scorer;
+pub use scorers::{
+    AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, LoadScorer, PrefixAffinityScorer,
+    SessionAffinityScorer, StaticWeightScorer,
+};
 pub use strategy::{
     build, AdaptivePolicy, BuildContext, ConsistentHash, PowerOfTwo, Price, Random, RoundRobin,
     StrategyKind, TargetSpec, UnknownStrategy, WeightedRoundRobin,
 };
+pub use strategy::{Adaptive, PredictedLatencyScorer};
+pub use strategy::{CacheAware, CacheAwareDecisions, Pipeline, WeightedScorer};
 pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 
 /// A load-balancing strategy over one route's targets.

@@ -8,8 +8,12 @@
 //! also constructible directly (tests, benches, callers that know what they
 //! want).
 
+mod adaptive;
+mod cache_aware;
 mod consistent_hash;
+mod pipeline;
 mod power_of_two;
+mod predicted_latency;
 mod random;
 mod round_robin;
 mod weighted;
@@ -24,8 +28,12 @@ use std::sync::Arc;
 use crate::views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 use crate::LoadBalancer;
 
+pub use adaptive::Adaptive;
+pub use cache_aware::{CacheAware, CacheAwareDecisions};
 pub use consistent_hash::ConsistentHash;
+pub use pipeline::{Pipeline, WeightedScorer};
 pub use power_of_two::PowerOfTwo;
+pub use predicted_latency::PredictedLatencyScorer;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use weighted::WeightedRoundRobin;
@@ -43,6 +51,24 @@ pub enum StrategyKind {
     Weighted,
     /// Hash ring keyed by session, else by conversation digest.
     ConsistentHash,
+    /// Approximate prefix affinity on the conversation text, with a load
+    /// guard.
+    CacheAware,
+    /// Filter → weighted scores → argmax over the default scorer stack.
+    Pipeline,
+    /// Resident KV blocks from the engines' event streams, then load.
+    PreciseCacheAware,
+    /// Free LMCache capacity, then load.
+    LmcacheAware,
+    /// A blend of observed latency, catalog cost and in-flight load under
+    /// the deployment-wide adaptive-routing policy, on the pipeline stack
+    /// until engaged.
+    Adaptive,
+    /// Per-target modelled latency of this request (queue joined, prompt
+    /// size), then load.
+    PredictedLatency,
+    /// LoRA adapter residency, then prefix affinity, then load.
+    LoraAware,
 }
 
 impl StrategyKind {
@@ -53,6 +79,13 @@ impl StrategyKind {
         StrategyKind::PowerOfTwo,
         StrategyKind::Weighted,
         StrategyKind::ConsistentHash,
+        StrategyKind::CacheAware,
+        StrategyKind::Pipeline,
+        StrategyKind::PreciseCacheAware,
+        StrategyKind::LmcacheAware,
+        StrategyKind::Adaptive,
+        StrategyKind::PredictedLatency,
+        StrategyKind::LoraAware,
     ];
 
     /// The name used in configuration, metrics and [`LoadBalancer::name`].
@@ -63,6 +96,13 @@ impl StrategyKind {
             StrategyKind::PowerOfTwo => "power_of_two",
             StrategyKind::Weighted => "weighted",
             StrategyKind::ConsistentHash => "consistent_hash",
+            StrategyKind::CacheAware => "cache_aware",
+            StrategyKind::Pipeline => "pipeline",
+            StrategyKind::PreciseCacheAware => "precise_cache_aware",
+            StrategyKind::LmcacheAware => "lmcache_aware",
+            StrategyKind::Adaptive => "adaptive",
+            StrategyKind::PredictedLatency => "predicted_latency",
+            StrategyKind::LoraAware => "lora_aware",
         }
     }
 
@@ -72,12 +112,16 @@ impl StrategyKind {
     }
 
     /// Whether the strategy consults the targets' weights. Per the spec only
-    /// weighted, pipeline and adaptive do; of those only weighted exists here
-    /// today. Everything else is built from the target count alone, so a
-    /// weight on one of its targets is stored and never read — the dashboard
-    /// says so, and must learn of any strategy added to this list.
+    /// weighted, pipeline (its static-weight scorer) and adaptive (its
+    /// fallback stack) do. Everything else is built from the target count
+    /// alone, so a weight on one of its targets is stored and never read —
+    /// the dashboard says so, and must learn of any strategy added to this
+    /// list.
     pub fn reads_weights(self) -> bool {
-        matches!(self, StrategyKind::Weighted)
+        matches!(
+            self,
+            StrategyKind::Weighted | StrategyKind::Pipeline | StrategyKind::Adaptive
+        )
     }
 }
 
@@ -240,6 +284,13 @@ pub fn build(kind: StrategyKind, ctx: &BuildContext) -> Box<dyn LoadBalancer> {
             let ids: Vec<&str> = ctx.targets.iter().map(|t| t.id).collect();
             Box::new(ConsistentHash::new(&ids))
         }
+        StrategyKind::CacheAware => Box::new(CacheAware::from_seed(n, ctx.seed)),
+        StrategyKind::Pipeline => Box::new(Pipeline::default_stack(ctx)),
+        StrategyKind::PreciseCacheAware => Box::new(Pipeline::precise_cache_aware(ctx)),
+        StrategyKind::LmcacheAware => Box::new(Pipeline::lmcache_aware(ctx)),
+        StrategyKind::Adaptive => Box::new(Adaptive::from_context(ctx)),
+        StrategyKind::PredictedLatency => Box::new(Pipeline::predicted_latency(ctx)),
+        StrategyKind::LoraAware => Box::new(Pipeline::lora_aware(ctx)),
     }
 }
 
@@ -267,7 +318,14 @@ mod tests {
                 "random",
                 "power_of_two",
                 "weighted",
-                "consistent_hash"
+                "consistent_hash",
+                "cache_aware",
+                "pipeline",
+                "precise_cache_aware",
+                "lmcache_aware",
+                "adaptive",
+                "predicted_latency",
+                "lora_aware",
             ]
         );
     }
@@ -281,16 +339,20 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown load-balancing strategy \"least_busy\" (known: round_robin, random, \
-             power_of_two, weighted, consistent_hash)"
+             power_of_two, weighted, consistent_hash, cache_aware, pipeline, precise_cache_aware, \
+             lmcache_aware, adaptive, predicted_latency, lora_aware)"
         );
     }
 
     #[test]
-    fn only_weighted_reads_weights() {
+    fn only_weighted_pipeline_and_adaptive_read_weights() {
         for &kind in StrategyKind::ALL {
             assert_eq!(
                 kind.reads_weights(),
-                kind == StrategyKind::Weighted,
+                matches!(
+                    kind,
+                    StrategyKind::Weighted | StrategyKind::Pipeline | StrategyKind::Adaptive
+                ),
                 "{kind}"
             );
         }

@@ -84,7 +84,10 @@ fn api_key_scopes_must_name_configured_routes_and_providers() {
     assert_eq!(
         got,
         [
-            ("api_keys[0].models[1]", "unknown model \"nope\" (known: m)"),
+            (
+                "api_keys[0].models[1]",
+                "unknown model \"nope\": not a route's model nor a provider group's slug (known: m)"
+            ),
             (
                 "api_keys[0].providers[1]",
                 "unknown provider \"gpu-q\" (known: gpu-a, gpu-b)"

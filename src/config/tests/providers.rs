@@ -152,3 +152,25 @@ fn health_path_must_start_with_a_slash() {
         ok("[[providers]]\nname = \"a\"\nbase_url = \"http://h\"\nhealth_path = \"/health\"\n");
     assert_eq!(config.providers[0].health_path, "/health");
 }
+
+#[test]
+fn max_loras_defaults_to_eight_and_is_bounded() {
+    let provider =
+        |extra: &str| format!("[[providers]]\nname = \"a\"\nbase_url = \"http://h\"\n{extra}");
+    assert_eq!(ok(&provider("")).providers[0].max_loras, 8);
+    assert_eq!(ok(&provider("max_loras = 1\n")).providers[0].max_loras, 1);
+    let config = ok(&provider("max_loras = 1024\n"));
+    assert_eq!(config.providers[0].max_loras, 1024);
+    assert!(format!("{config:?}").contains("max_loras: 1024"));
+    for bad in [0, 1025, i64::MAX] {
+        let error = only_error(&provider(&format!("max_loras = {bad}\n")));
+        assert_eq!(field(&error), "providers[0].max_loras");
+        assert_eq!(error.line, Some(4));
+        assert_eq!(
+            error.message,
+            format!("must be between 1 and 1024 (got {bad}); set it to the engine's --max-loras")
+        );
+    }
+    let error = only_error(&provider("max_loras = -1\n"));
+    assert_eq!(field(&error), "providers[0].max_loras");
+}

@@ -78,6 +78,15 @@ const TOKENS: &[&str] = &[
     "1979-05-27",
     "[a.b.c]",
     "x.y = 1",
+    "provider_groups",
+    "members",
+    "catalog",
+    "input_per_mtok",
+    "adaptive_routing",
+    "exploration_ratio",
+    "max_loras",
+    "-0.5",
+    "\"round_robin\"",
 ];
 
 fn check_never_panics(text: &str) {
@@ -92,6 +101,13 @@ fn check_never_panics(text: &str) {
             }
         }
         Ok(config) => {
+            for warning in &config.warnings {
+                assert!(!warning.message.is_empty() && warning.field.is_some());
+                assert!(
+                    warning.line.is_none_or(|l| l >= 1 && l <= lines),
+                    "{warning}"
+                );
+            }
             // Invariants the gateway relies on.
             for route in &config.routes {
                 assert!(!route.targets.is_empty());
@@ -102,7 +118,38 @@ fn check_never_panics(text: &str) {
             }
             for provider in &config.providers {
                 assert!(is_valid_slug(&provider.slug));
+                assert!((1..=1024).contains(&provider.max_loras));
             }
+            for group in &config.provider_groups {
+                assert!(is_valid_slug(&group.slug));
+                assert!(config.providers.iter().all(|p| p.slug != group.slug));
+                assert!(!group.members.is_empty());
+                for (i, member) in group.members.iter().enumerate() {
+                    assert!(config.providers.iter().any(|p| p.slug == member.provider));
+                    assert!(member.weight >= 1);
+                    assert!(group.members[..i]
+                        .iter()
+                        .all(|m| m.provider != member.provider));
+                }
+            }
+            for entry in &config.catalog {
+                for price in [entry.input_per_mtok, entry.output_per_mtok] {
+                    assert!(price.is_finite() && price >= 0.0, "{entry:?}");
+                }
+            }
+            let policy = &config.adaptive_routing;
+            for weight in [
+                policy.latency_weight,
+                policy.cost_weight,
+                policy.load_weight,
+            ] {
+                assert!(weight.is_finite() && weight >= 0.0, "{policy:?}");
+            }
+            assert!((0.0..=0.5).contains(&policy.exploration_ratio));
+            assert!(
+                !policy.enabled
+                    || policy.latency_weight + policy.cost_weight + policy.load_weight > 0.0
+            );
         }
     }
 }

@@ -10,6 +10,32 @@ use super::super::{AdminRole, AdminToken, ApiKey};
 use super::providers::{known_providers, resolve_provider, ProviderEntry};
 use super::Validator;
 
+/// The message for an `api_keys.models` entry that is neither a route's
+/// model nor a group's slug.
+fn unknown_model(model: &str, route_models: &[String], group_slugs: &[String]) -> String {
+    // "<group>/<model>": the group is allowed as a whole, by its slug.
+    if let Some(group) = group_slugs.iter().find(|slug| {
+        model
+            .strip_prefix(slug.as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
+    }) {
+        return format!(
+            "unknown model {model:?}: a key allows a provider group as a whole; name its slug {group:?}"
+        );
+    }
+    let known = match (route_models.is_empty(), group_slugs.is_empty()) {
+        (true, true) => "no routes or provider groups are configured".to_owned(),
+        (false, true) => format!("known: {}", route_models.join(", ")),
+        (true, false) => format!("known groups: {}", group_slugs.join(", ")),
+        (false, false) => format!(
+            "known: {}; groups: {}",
+            route_models.join(", "),
+            group_slugs.join(", ")
+        ),
+    };
+    format!("unknown model {model:?}: not a route's model nor a provider group's slug ({known})")
+}
+
 impl Validator<'_> {
     /// The digest of a key or token given either through `{what}_env` or
     /// `{what}_sha256`, exactly one of them.
@@ -59,6 +85,7 @@ impl Validator<'_> {
         &mut self,
         tables: Vec<file::ApiKeyTable>,
         route_models: &[String],
+        group_slugs: &[String],
         providers: &[ProviderEntry],
     ) -> Vec<ApiKey> {
         let mut keys: Vec<ApiKey> = Vec::with_capacity(tables.len());
@@ -95,17 +122,12 @@ impl Validator<'_> {
             }
 
             for (k, model) in table.models.iter().enumerate() {
-                // Checked against every route written, valid or not: a
-                // failed route has its own error already.
-                if !route_models.contains(model) {
-                    let known = if route_models.is_empty() {
-                        "no routes are configured".to_owned()
-                    } else {
-                        format!("known: {}", route_models.join(", "))
-                    };
+                // Checked against every route and group written, valid or
+                // not: a failed one has its own error already.
+                if !route_models.contains(model) && !group_slugs.contains(model) {
                     self.error(
                         format!("{here}.models[{k}]"),
-                        format!("unknown model {model:?} ({known})"),
+                        unknown_model(model, route_models, group_slugs),
                     );
                 }
             }

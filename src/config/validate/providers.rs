@@ -39,6 +39,48 @@ pub(super) fn known_providers(providers: &[ProviderEntry]) -> String {
 }
 
 impl Validator<'_> {
+    /// The slug of the table at `here` (`providers[0]`, `provider_groups[1]`):
+    /// its `slug` checked against the pattern, else derived from its name.
+    /// Empty when neither gives one; that is reported, except for a missing
+    /// name, which has its own error.
+    pub(super) fn slug(&mut self, here: &str, slug: Option<String>, name: Option<&str>) -> String {
+        match (slug, name) {
+            (Some(slug), _) => {
+                if !is_valid_slug(&slug) {
+                    self.error(
+                        format!("{here}.slug"),
+                        format!("{slug:?} is not a valid slug: 1 to 63 lowercase letters, digits and '-', starting with a letter or digit"),
+                    );
+                }
+                slug
+            }
+            (None, Some(name)) => {
+                let slug = derive_slug(name);
+                if slug.is_empty() {
+                    self.error(
+                        format!("{here}.name"),
+                        format!("cannot derive a slug from {name:?}: it has no ASCII letter or digit; set `slug`"),
+                    );
+                }
+                slug
+            }
+            (None, None) => String::new(),
+        }
+    }
+
+    /// Reports that the slug of the table at `here` is taken: at `slug` when
+    /// it was written, else at the `name` it was derived from, with a hint.
+    pub(super) fn slug_taken(&mut self, here: &str, explicit_slug: bool, message: String) {
+        if explicit_slug {
+            self.error(format!("{here}.slug"), message);
+        } else {
+            self.error(
+                format!("{here}.name"),
+                format!("{message} (derived from the name; set `slug` to choose another)"),
+            );
+        }
+    }
+
     pub(super) fn providers(&mut self, tables: Vec<file::ProviderTable>) -> Vec<ProviderEntry> {
         let mut entries: Vec<ProviderEntry> = Vec::with_capacity(tables.len());
         for (i, table) in tables.into_iter().enumerate() {
@@ -58,44 +100,15 @@ impl Validator<'_> {
                 }
             }
 
+            let here = format!("providers[{i}]");
             let explicit_slug = table.slug.is_some();
-            let slug = match (table.slug, &name) {
-                (Some(slug), _) => {
-                    if !is_valid_slug(&slug) {
-                        self.error(
-                            at("slug"),
-                            format!("{slug:?} is not a valid slug: 1 to 63 lowercase letters, digits and '-', starting with a letter or digit"),
-                        );
-                    }
-                    slug
-                }
-                (None, Some(name)) => {
-                    let slug = derive_slug(name);
-                    if slug.is_empty() {
-                        self.error(
-                            at("name"),
-                            format!("cannot derive a slug from {name:?}: it has no ASCII letter or digit; set `slug`"),
-                        );
-                    }
-                    slug
-                }
-                (None, None) => String::new(),
-            };
+            let slug = self.slug(&here, table.slug, name.as_deref());
             if !slug.is_empty() {
                 if let Some(j) = entries.iter().position(|p| p.slug == slug) {
-                    let field = if explicit_slug {
-                        at("slug")
-                    } else {
-                        at("name")
-                    };
-                    let how = if explicit_slug {
-                        ""
-                    } else {
-                        " (derived from the name; set `slug` to choose another)"
-                    };
-                    self.error(
-                        field,
-                        format!("slug {slug:?} is already used by providers[{j}]{how}"),
+                    self.slug_taken(
+                        &here,
+                        explicit_slug,
+                        format!("slug {slug:?} is already used by providers[{j}]"),
                     );
                 }
             }
@@ -132,6 +145,19 @@ impl Validator<'_> {
                 );
             }
 
+            let max_loras = table.max_loras.unwrap_or(file::DEFAULT_MAX_LORAS);
+            if !(1..=file::MAX_LORAS_LIMIT).contains(&max_loras) {
+                self.error(
+                    at("max_loras"),
+                    format!(
+                        "must be between 1 and {} (got {max_loras}); set it to the engine's --max-loras",
+                        file::MAX_LORAS_LIMIT
+                    ),
+                );
+            }
+            // Within 1..=1024 when it is used (no error), so it fits.
+            let max_loras = usize::try_from(max_loras).unwrap_or(usize::MAX);
+
             for (field, value) in [
                 ("ca_file", &table.ca_file),
                 ("tls_verify", &table.tls_verify),
@@ -149,6 +175,7 @@ impl Validator<'_> {
                         base_url,
                         api_key,
                         health_path,
+                        max_loras,
                     })
                 }
                 _ => None,

@@ -1,4 +1,5 @@
-//! `[[routes]]`: public models, strategies and targets.
+//! `[[routes]]`: public models, strategies and targets; also the strategy
+//! and weight checks that provider groups share.
 
 use std::collections::HashMap;
 
@@ -27,6 +28,7 @@ impl Validator<'_> {
         &mut self,
         tables: Vec<file::RouteTable>,
         providers: &[ProviderEntry],
+        group_slugs: &[String],
     ) -> Vec<Route> {
         let mut routes = Vec::with_capacity(tables.len());
         let mut models: HashMap<String, usize> = HashMap::new();
@@ -44,18 +46,23 @@ impl Validator<'_> {
                 } else {
                     models.insert(model.clone(), i);
                 }
-                // `<slug>/<model>` addresses a provider directly; a route
-                // there would make that address ambiguous.
+                // `<slug>/<model>` addresses a provider directly, or a
+                // provider group; a route there would make that address
+                // ambiguous.
                 for provider in providers.iter().filter(|p| !p.slug.is_empty()) {
                     let slug = provider.slug.as_str();
-                    let collides = model == slug
-                        || model
-                            .strip_prefix(slug)
-                            .is_some_and(|rest| rest.starts_with('/'));
-                    if collides {
+                    if in_address_space(model, slug) {
                         self.error(
                             at("model"),
                             format!("route {model:?} collides with provider {slug:?}: \"{slug}/<model>\" addresses that provider directly; rename the route"),
+                        );
+                    }
+                }
+                for slug in group_slugs {
+                    if in_address_space(model, slug) {
+                        self.error(
+                            at("model"),
+                            format!("route {model:?} collides with provider group {slug:?}: \"{slug}/<model>\" addresses that group; rename the route"),
                         );
                     }
                 }
@@ -73,7 +80,7 @@ impl Validator<'_> {
                     for (j, entry) in entries.into_iter().enumerate() {
                         let field = format!("routes[{i}].targets[{j}]");
                         if let Some(target) =
-                            self.target(&field, entry, model.as_deref(), providers)
+                            self.target(&field, entry, model.as_deref(), strategy, providers)
                         {
                             if let Some(k) = targets.iter().position(|t| {
                                 t.provider == target.provider && t.model == target.model
@@ -106,7 +113,9 @@ impl Validator<'_> {
         routes
     }
 
-    fn strategy(&mut self, field: &str, name: Option<&str>) -> Option<StrategyKind> {
+    /// The strategy named at `field` (default "round_robin"), for routes and
+    /// provider groups alike.
+    pub(super) fn strategy(&mut self, field: &str, name: Option<&str>) -> Option<StrategyKind> {
         let name = name.unwrap_or(file::DEFAULT_STRATEGY);
         if let Some(kind) = StrategyKind::from_name(name) {
             return Some(kind);
@@ -131,6 +140,7 @@ impl Validator<'_> {
         field: &str,
         entry: file::TargetEntry,
         route_model: Option<&str>,
+        strategy: Option<StrategyKind>,
         providers: &[ProviderEntry],
     ) -> Option<RouteTarget> {
         let errors_before = self.errors.len();
@@ -157,10 +167,7 @@ impl Validator<'_> {
             Some(model) => Some(model),
             None => route_model.map(str::to_owned),
         };
-        let weight = entry.weight.unwrap_or(file::DEFAULT_WEIGHT);
-        if weight == 0 {
-            self.error(format!("{field}.weight"), "must be >= 1");
-        }
+        let weight = self.weight(field, entry.weight, strategy);
         match (provider, model) {
             (Some(provider), Some(model)) if self.errors.len() == errors_before => {
                 Some(RouteTarget {
@@ -171,5 +178,56 @@ impl Validator<'_> {
             }
             _ => None,
         }
+    }
+
+    /// The weight of the target or group member at `field`: at least 1,
+    /// default 1. A weight written under a strategy that never reads weights
+    /// is stored and never consulted (load-balancing.md), so it draws a
+    /// warning instead of silently suggesting a traffic share.
+    pub(super) fn weight(
+        &mut self,
+        field: &str,
+        written: Option<u32>,
+        strategy: Option<StrategyKind>,
+    ) -> u32 {
+        let weight = written.unwrap_or(file::DEFAULT_WEIGHT);
+        if weight == 0 {
+            self.error(format!("{field}.weight"), "must be >= 1");
+        } else if let (Some(_), Some(strategy)) = (written, strategy) {
+            if !strategy.reads_weights() {
+                self.warn(
+                    format!("{field}.weight"),
+                    format!(
+                        "strategy {:?} ignores weights; this weight has no effect (strategies that read weights: {})",
+                        strategy.as_str(),
+                        weight_reading_strategies()
+                    ),
+                );
+            }
+        }
+        weight
+    }
+}
+
+/// Whether `model` lies in `slug`'s address space: `slug` itself or
+/// `slug/...`. A longer slug sharing a prefix (`slug-b/...`) does not.
+fn in_address_space(model: &str, slug: &str) -> bool {
+    model
+        .strip_prefix(slug)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// "weighted, pipeline, adaptive": the strategies that read weights, from
+/// the balancer itself so that the list follows it.
+fn weight_reading_strategies() -> String {
+    let names: Vec<&str> = StrategyKind::ALL
+        .iter()
+        .filter(|kind| kind.reads_weights())
+        .map(|kind| kind.as_str())
+        .collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }

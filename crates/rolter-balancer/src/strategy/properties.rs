@@ -1,10 +1,19 @@
 //! Properties every strategy keeps, whatever the route looks like: the pick
 //! is an index into the targets, it is eligible whenever anything is, and it
-//! is `None` exactly when nothing is.
+//! is `None` exactly when nothing is — also once learning strategies have
+//! learned something (session pins, prefix trees, adapter sets: every pick is
+//! observed, after a generated history), with KV / occupancy signals that
+//! favour some targets, and with latency evidence on some targets and not
+//! others (adaptive warming up, engaged and exploring; predicted_latency over
+//! warm and cold models).
+
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use crate::strategy::{build, BuildContext, StrategyKind, TargetSpec};
+use crate::scorers::testing::FixedView;
+use crate::strategy::{build, AdaptivePolicy, BuildContext, Price, StrategyKind, TargetSpec};
+use crate::views::TargetStatsView;
 use crate::{LoadBalancer, RouteContext};
 
 /// Target counts that stress bitmask and rounding assumptions.
@@ -23,6 +32,12 @@ struct Case {
     prompt: String,
     prompt_digest: u64,
     seed: u64,
+    adapter: Option<String>,
+    token_ids: Option<Vec<u32>>,
+    /// Targets (modulo the target count) that served this request before.
+    history: Vec<usize>,
+    /// What the KV-block and occupancy views answer per target.
+    signals: Vec<Option<f64>>,
 }
 
 fn target_count() -> impl Strategy<Value = usize> {
@@ -49,12 +64,18 @@ fn case() -> impl Strategy<Value = Case> {
             proptest::collection::vec(prop_oneof![0..4u64, any::<u64>()], n),
             proptest::collection::vec(prop_oneof![Just(0u32), 1..10u32, any::<u32>()], n),
             proptest::option::of("[a-z0-9-]{0,24}"),
-            ".{0,64}",
+            ".{0,160}",
             prop_oneof![Just(0u64), any::<u64>()],
             any::<u64>(),
+            (
+                proptest::option::of("[a-c]"),
+                proptest::option::of(proptest::collection::vec(any::<u32>(), 0..48)),
+                proptest::collection::vec(any::<usize>(), 0..4),
+                proptest::collection::vec(proptest::option::of(0.0..=1.0f64), n),
+            ),
         )
             .prop_map(
-                |(eligible, loads, weights, session_key, prompt, prompt_digest, seed)| Case {
+                |(
                     eligible,
                     loads,
                     weights,
@@ -62,6 +83,19 @@ fn case() -> impl Strategy<Value = Case> {
                     prompt,
                     prompt_digest,
                     seed,
+                    (adapter, token_ids, history, signals),
+                )| Case {
+                    eligible,
+                    loads,
+                    weights,
+                    session_key,
+                    prompt,
+                    prompt_digest,
+                    seed,
+                    adapter,
+                    token_ids,
+                    history,
+                    signals,
                 },
             )
     })
@@ -77,11 +111,65 @@ fn balancer(kind: StrategyKind, case: &Case) -> Box<dyn LoadBalancer> {
         .map(|(id, &weight)| TargetSpec {
             id,
             weight,
-            price: None,
+            // Some priced targets for adaptive's cost component.
+            price: (weight % 3 == 1).then_some(Price {
+                input_per_mtok: f64::from(weight % 5),
+                output_per_mtok: 2.0,
+            }),
             max_adapters: TargetSpec::DEFAULT_MAX_ADAPTERS,
         })
         .collect();
-    build(kind, &BuildContext::new(&targets, case.seed))
+    let mut ctx = BuildContext::new(&targets, case.seed);
+    let view = Arc::new(FixedView::new(&case.signals));
+    ctx.kv_blocks = view.clone();
+    ctx.occupancy = view;
+    ctx.stats = Arc::new(SignalStats(case.signals.clone()));
+    ctx.adaptive = adaptive_policy(case.seed);
+    build(kind, &ctx)
+}
+
+/// Latencies and latency predictions derived from a case's signals: a target
+/// with a signal is sampled (and predicts, growing with its queue and the
+/// prompt), one without is cold — so `adaptive` warms up, engages and
+/// explores, and `predicted_latency` ranks known and unknown targets.
+struct SignalStats(Vec<Option<f64>>);
+
+impl TargetStatsView for SignalStats {
+    fn latency_ms(&self, target: usize) -> Option<f64> {
+        self.0
+            .get(target)
+            .copied()
+            .flatten()
+            .map(|s| 20.0 + 2_000.0 * s)
+    }
+
+    fn latency_samples(&self, target: usize) -> u64 {
+        if self.latency_ms(target).is_some() {
+            12
+        } else {
+            0
+        }
+    }
+
+    fn predicted_latency_ms(&self, target: usize, queue: u64, ktokens: f64) -> Option<f64> {
+        let s = self.0.get(target).copied().flatten()?;
+        Some(50.0 + 900.0 * s + 40.0 * queue as f64 + 100.0 * ktokens)
+    }
+}
+
+/// An adaptive policy varied by the case's seed: mostly enabled, engaging
+/// after 0 to 4 picks, exploring none, some or half of the traffic, now and
+/// then with an all-zero blend.
+fn adaptive_policy(seed: u64) -> AdaptivePolicy {
+    let zero_blend = seed % 7 == 0;
+    AdaptivePolicy {
+        enabled: seed % 4 != 0,
+        latency_weight: if zero_blend { 0.0 } else { 1.0 },
+        cost_weight: if zero_blend { 0.0 } else { 0.5 },
+        load_weight: if zero_blend { 0.0 } else { 0.25 },
+        exploration_ratio: [0.0, 0.05, 0.5][(seed % 3) as usize],
+        min_samples: seed % 5,
+    }
 }
 
 fn check_picks(
@@ -90,20 +178,29 @@ fn check_picks(
     case: &Case,
 ) -> Result<(), TestCaseError> {
     let n = case.eligible.len();
-    let ctx = RouteContext {
+    let mut ctx = RouteContext {
         session_key: case.session_key.as_deref(),
         prompt: &case.prompt,
         prompt_len: case.prompt.len(),
         prompt_digest: case.prompt_digest,
-        ..RouteContext::default()
+        token_ids: case.token_ids.as_deref(),
+        adapter: case.adapter.as_deref(),
+        now_ms: 1_000,
     };
+    if n > 0 {
+        for &target in &case.history {
+            lb.observe(target % n, &ctx);
+        }
+    }
     let eligible = |i: usize| case.eligible[i];
     let any_eligible = case.eligible.iter().any(|&e| e);
     for _ in 0..PICKS_PER_CASE {
+        ctx.now_ms += 1_000;
         match lb.pick_eligible(&ctx, &case.loads, &eligible) {
             Some(i) => {
                 prop_assert!(i < n, "{kind}: index {i} out of {n}");
                 prop_assert!(case.eligible[i], "{kind}: picked ineligible {i}");
+                lb.observe(i, &ctx);
             }
             None => prop_assert!(!any_eligible, "{kind}: None while something is eligible"),
         }
@@ -146,9 +243,16 @@ fn every_strategy_keeps_eligibility_at_edge_target_counts() {
                 loads: (0..n as u64).map(|i| i * 7 % 5).collect(),
                 weights: (0..n as u32).map(|i| i % 3).collect(),
                 session_key: Some(format!("session-{n}")),
-                prompt: "hello".to_owned(),
+                prompt: "You are a careful assistant. ".repeat(8),
                 prompt_digest: n as u64,
                 seed: n as u64,
+                adapter: Some("adapter-a".to_owned()),
+                token_ids: Some((0..64).collect()),
+                // Learned state that favours targets the shapes exclude.
+                history: vec![0, n - 1, 64 % n, n / 2],
+                signals: (0..n)
+                    .map(|i| (i % 3 != 0).then_some(i as f64 / n as f64))
+                    .collect(),
                 eligible,
             };
             for &kind in StrategyKind::ALL {
@@ -171,6 +275,10 @@ fn every_strategy_with_no_targets_picks_nothing() {
         prompt: String::new(),
         prompt_digest: 0,
         seed: 0,
+        adapter: None,
+        token_ids: None,
+        history: vec![],
+        signals: vec![],
     };
     for &kind in StrategyKind::ALL {
         let lb = balancer(kind, &case);

@@ -1,0 +1,153 @@
+//! Precise KV-block residency: prefer the target whose engine reports the
+//! longest leading run of this request's token blocks as resident.
+//!
+//! The signal comes from the engines' own KV-event streams (vLLM's ZMQ
+//! `BlockStored` / `BlockRemoved` events) through the gateway's index, read
+//! here as a [`KvBlockView`]: the score of a target is its resident fraction
+//! of the request's leading full token blocks.
+//!
+//! Neutrality. Without the request's token ids (`ctx.token_ids` absent or
+//! empty) there is nothing to look up and every target scores 0. A target
+//! whose stream is stale, malformed, disconnected or sequence-gapped has no
+//! fresh index, and the view answers `None` for it; such a target also
+//! scores 0 — exactly what a fresh index with nothing resident scores. That
+//! is the one reading that is neutral about the unknown target: when every
+//! target is unknown, every score is 0 and the rest of the stack (least
+//! load) decides, as the specification requires; when some targets report
+//! blocks, only positive evidence ranks a target up, and a target whose
+//! stream broke is ranked exactly like a known-cold one — neither rewarded
+//! for its silence (which would steer traffic toward broken streams) nor
+//! pushed below cold targets.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::unit;
+use crate::{KvBlockView, RouteContext, Scorer};
+
+/// Scores eligible targets by resident KV blocks; see the module
+/// documentation.
+#[derive(Clone)]
+pub struct KvBlockScorer {
+    view: Arc<dyn KvBlockView>,
+}
+
+impl KvBlockScorer {
+    /// A scorer over the gateway's KV-block index.
+    pub fn new(view: Arc<dyn KvBlockView>) -> Self {
+        Self { view }
+    }
+}
+
+impl fmt::Debug for KvBlockScorer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KvBlockScorer").finish_non_exhaustive()
+    }
+}
+
+impl Scorer for KvBlockScorer {
+    fn name(&self) -> &'static str {
+        "kv_blocks"
+    }
+
+    fn score(
+        &self,
+        ctx: &RouteContext,
+        _loads: &[u64],
+        eligible: &dyn Fn(usize) -> bool,
+        scores: &mut [f64],
+    ) {
+        scores.fill(0.0);
+        let Some(token_ids) = ctx.token_ids.filter(|ids| !ids.is_empty()) else {
+            return;
+        };
+        for (i, score) in scores.iter_mut().enumerate() {
+            if eligible(i) {
+                *score = self.view.resident_fraction(i, token_ids).map_or(0.0, unit);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scorers::testing::{is_neutral, scores, FixedView};
+
+    /// A view that models residency: target `t` holds the first
+    /// `resident_blocks[t]` blocks of 16 tokens of any request.
+    struct LeadingBlocks {
+        resident_blocks: Vec<usize>,
+    }
+
+    impl KvBlockView for LeadingBlocks {
+        fn resident_fraction(&self, target: usize, token_ids: &[u32]) -> Option<f64> {
+            let blocks = token_ids.len() / 16;
+            if blocks == 0 {
+                return Some(0.0);
+            }
+            let held = self.resident_blocks.get(target)?;
+            Some((*held).min(blocks) as f64 / blocks as f64)
+        }
+    }
+
+    fn ctx(token_ids: Option<&[u32]>) -> RouteContext<'_> {
+        RouteContext {
+            token_ids,
+            ..RouteContext::default()
+        }
+    }
+
+    const TOKENS: [u32; 64] = [7; 64];
+
+    #[test]
+    fn kv_scorer_prefers_the_longest_resident_leading_fraction() {
+        let scorer = KvBlockScorer::new(Arc::new(LeadingBlocks {
+            resident_blocks: vec![1, 4, 2],
+        }));
+        let got = scores(&scorer, &ctx(Some(&TOKENS)), &[0; 3], &|_| true);
+        assert_eq!(got, [0.25, 1.0, 0.5]);
+    }
+
+    #[test]
+    fn kv_scorer_is_neutral_without_token_ids() {
+        let scorer = KvBlockScorer::new(Arc::new(FixedView::new(&[Some(1.0), Some(0.0)])));
+        assert!(is_neutral(&scores(&scorer, &ctx(None), &[0; 2], &|_| true)));
+        assert!(is_neutral(&scores(
+            &scorer,
+            &ctx(Some(&[])),
+            &[0; 2],
+            &|_| true
+        )));
+    }
+
+    #[test]
+    fn kv_scorer_is_neutral_when_no_target_has_a_fresh_index() {
+        let scorer = KvBlockScorer::new(Arc::new(FixedView::new(&[None, None, None])));
+        assert!(is_neutral(&scores(
+            &scorer,
+            &ctx(Some(&TOKENS)),
+            &[0; 3],
+            &|_| true
+        )));
+    }
+
+    #[test]
+    fn kv_scorer_ranks_an_unknown_target_like_a_cold_one() {
+        // 0 reports blocks, 1's stream is stale, 2 is fresh and cold.
+        let scorer = KvBlockScorer::new(Arc::new(FixedView::new(&[Some(0.5), None, Some(0.0)])));
+        let got = scores(&scorer, &ctx(Some(&TOKENS)), &[0; 3], &|_| true);
+        assert_eq!(got, [0.5, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn kv_scorer_clamps_what_the_view_says() {
+        let scorer = KvBlockScorer::new(Arc::new(FixedView::new(&[
+            Some(1.5),
+            Some(-1.0),
+            Some(f64::NAN),
+        ])));
+        let got = scores(&scorer, &ctx(Some(&TOKENS)), &[0; 3], &|_| true);
+        assert_eq!(got, [1.0, 0.0, 0.0]);
+    }
+}

@@ -1,0 +1,250 @@
+//! cache_aware: approximate prefix affinity on the conversation text, with a
+//! load guard.
+//!
+//! Engines with prefix caching (vLLM's automatic prefix caching, SGLang's
+//! radix cache) skip the prefill of any prompt prefix whose KV they still
+//! hold, so sending a conversation back to the replica that served its
+//! beginning saves real GPU time. The gateway cannot see those caches; it
+//! keeps one approximate prefix tree per target (`prefix_tree.rs`: 64-byte
+//! blocks, chained xxh3 hashes, bounded per target with LRU eviction of
+//! leaves) and learns it from `observe`. This is SGLang router's and SMG's
+//! cache-aware policy, with the tree bounded by what it represents and the
+//! guard below.
+//!
+//! A pick, over the eligible targets only (an unhealthy, parked or
+//! breaker-open target neither attracts a request nor shapes the load
+//! comparison):
+//!
+//! 1. finds the eligible target with the longest match of the prompt
+//!    (several equally long: the least loaded of them, then at random);
+//! 2. if that match is warm — at least [`CacheAware::WARM_MATCH_FRACTION`]
+//!    of the prompt, or at least [`CacheAware::WARM_MATCH_BYTES`] of it —
+//!    the request stays there, unless that target runs more than
+//!    [`CacheAware::GUARD_MIN_LOAD`] requests *and* more than
+//!    [`CacheAware::GUARD_LOAD_RATIO`]× the least loaded eligible target's;
+//!    then it spreads to the least loaded eligible target (#1851: a shared
+//!    system prompt made one replica warm for everything and took all the
+//!    traffic);
+//! 3. a cold prompt goes to the least loaded eligible target, ties at
+//!    random — not to the smallest tree, which turns whichever replica has
+//!    learned least into a hot spot.
+//!
+//! Spreading is what lets a popular prefix become warm on several replicas:
+//! the target a request spreads to learns the prefix too, and from then on
+//! ties between equally warm replicas go to the least loaded of them.
+//!
+//! Cost: the prompt (bounded to 32 KiB) is hashed once into at most 512
+//! block hashes; each eligible target's tree is then binary-searched (about
+//! nine map probes); `observe` touches at most 512 entries of one tree.
+//! Nothing allocates per pick for routes of up to 64 targets.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use smallvec::{smallvec, SmallVec};
+
+use crate::pick_counters::PickCounters;
+use crate::prefix_tree::{PrefixTrees, PromptBlocks};
+use crate::report::{BalancerReport, TargetReport};
+use crate::rng::SplitMix64;
+use crate::{LoadBalancer, RouteContext};
+
+/// Routes up to this many targets are compared without allocating.
+const INLINE_TARGETS: usize = 64;
+
+/// Marks a target that takes no part in a pick.
+const INELIGIBLE: u32 = u32::MAX;
+
+/// Approximate prefix affinity with a load guard; see the module
+/// documentation.
+#[derive(Debug)]
+pub struct CacheAware {
+    trees: PrefixTrees,
+    rng: SplitMix64,
+    picks: PickCounters,
+    decisions: DecisionCounters,
+}
+
+#[derive(Debug, Default)]
+struct DecisionCounters {
+    affinity: AtomicU64,
+    spread: AtomicU64,
+    cold: AtomicU64,
+}
+
+/// How a [`CacheAware`] balancer's picks were decided since it was built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheAwareDecisions {
+    /// Warm prompts kept on their longest-match target.
+    pub affinity: u64,
+    /// Warm prompts the load guard spread to the least loaded target.
+    pub spread: u64,
+    /// Cold prompts sent to the least loaded target.
+    pub cold: u64,
+}
+
+impl CacheAware {
+    /// Prompt text remembered per target by [`CacheAware::from_seed`]: 2 MiB,
+    /// about 500k tokens — several long conversations or many system
+    /// prompts, for well under 2 MiB of memory (see `prefix_tree.rs`).
+    pub const DEFAULT_MAX_BYTES_PER_TARGET: usize = 2 * 1024 * 1024;
+
+    /// A match covering at least this share of the (bounded) prompt is warm:
+    /// most of the prefill would be saved (SGLang router's and SMG's default
+    /// `cache_threshold`).
+    pub const WARM_MATCH_FRACTION: f64 = 0.5;
+
+    /// A match of at least this many bytes (about 1k tokens) is warm however
+    /// long the prompt: a long system prompt shared by a 32 KiB conversation
+    /// saves as much prefill as it would on a short one.
+    pub const WARM_MATCH_BYTES: usize = 4 * 1024;
+
+    /// The guard lets a warm target keep a request while it runs at most
+    /// this many (load-balancing spec: "more than 2 requests").
+    pub const GUARD_MIN_LOAD: u64 = 2;
+
+    /// ... or at most this many times the least loaded eligible target's
+    /// load (load-balancing spec: "1.5×"), as numerator / denominator so the
+    /// comparison is exact on integer loads.
+    pub const GUARD_LOAD_RATIO: (u64, u64) = (3, 2);
+
+    /// Prefix affinity over `targets` targets with the default bound of
+    /// [`Self::DEFAULT_MAX_BYTES_PER_TARGET`], breaking ties from a generator
+    /// seeded with `seed`.
+    pub fn from_seed(targets: usize, seed: u64) -> Self {
+        Self::with_max_bytes(targets, Self::DEFAULT_MAX_BYTES_PER_TARGET, seed)
+    }
+
+    /// As [`CacheAware::from_seed`], each target's tree representing at most
+    /// `max_bytes_per_target` bytes of prompt text (whole 64-byte blocks).
+    pub fn with_max_bytes(targets: usize, max_bytes_per_target: usize, seed: u64) -> Self {
+        Self {
+            trees: PrefixTrees::new(targets, max_bytes_per_target),
+            rng: SplitMix64::from_seed(seed),
+            picks: PickCounters::new(targets),
+            decisions: DecisionCounters::default(),
+        }
+    }
+
+    /// How picks were decided so far.
+    pub fn decisions(&self) -> CacheAwareDecisions {
+        CacheAwareDecisions {
+            affinity: self.decisions.affinity.load(Ordering::Relaxed),
+            spread: self.decisions.spread.load(Ordering::Relaxed),
+            cold: self.decisions.cold.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether a best match of `blocks` blocks of `prompt` is warm.
+    fn is_warm(prompt: &PromptBlocks, blocks: usize) -> bool {
+        blocks > 0
+            && (prompt.matched_fraction(blocks) >= Self::WARM_MATCH_FRACTION
+                || PromptBlocks::matched_bytes(blocks) >= Self::WARM_MATCH_BYTES)
+    }
+
+    /// Whether a warm target at `load` must give the request up when the
+    /// least loaded eligible target is at `least`.
+    fn guard_trips(load: u64, least: u64) -> bool {
+        let (num, den) = Self::GUARD_LOAD_RATIO;
+        load > Self::GUARD_MIN_LOAD
+            && u128::from(load) * u128::from(den) > u128::from(least) * u128::from(num)
+    }
+
+    /// A uniform draw among the targets in `0..n` for which `candidate`
+    /// holds; `None` when none does.
+    fn uniform_among(&self, n: usize, candidate: impl Fn(usize) -> bool) -> Option<usize> {
+        let count = (0..n).filter(|&i| candidate(i)).count();
+        let k = match count {
+            0 => return None,
+            1 => 0,
+            _ => self.rng.below(count),
+        };
+        (0..n).filter(|&i| candidate(i)).nth(k)
+    }
+}
+
+impl LoadBalancer for CacheAware {
+    fn name(&self) -> &'static str {
+        "cache_aware"
+    }
+
+    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
+        self.pick_eligible(ctx, loads, &|_| true)
+    }
+
+    fn pick_eligible(
+        &self,
+        ctx: &RouteContext,
+        loads: &[u64],
+        eligible: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let n = loads.len();
+        let prompt = PromptBlocks::of(ctx.prompt);
+
+        // One pass over the eligible targets: their matches, the longest
+        // match, and the least load. Ineligible targets stay out of both.
+        let mut matched: SmallVec<[u32; INLINE_TARGETS]> = smallvec![INELIGIBLE; n];
+        let mut least: Option<u64> = None;
+        let mut best = 0u32;
+        for (i, m) in matched.iter_mut().enumerate() {
+            if !eligible(i) {
+                continue;
+            }
+            // At most MAX_BLOCKS (512), so it fits.
+            *m = self.trees.matched_blocks(i, &prompt) as u32;
+            best = best.max(*m);
+            least = Some(least.map_or(loads[i], |l| l.min(loads[i])));
+        }
+        let least = least?;
+        let usable = |i: usize| matched[i] != INELIGIBLE;
+        let least_loaded = |i: usize| usable(i) && loads[i] == least;
+
+        let chosen = if Self::is_warm(&prompt, best as usize) {
+            let longest = |i: usize| matched[i] == best;
+            let warm_load = (0..n)
+                .filter(|&i| longest(i))
+                .map(|i| loads[i])
+                .min()
+                .unwrap_or(least);
+            if Self::guard_trips(warm_load, least) {
+                self.decisions.spread.fetch_add(1, Ordering::Relaxed);
+                self.uniform_among(n, least_loaded)
+            } else {
+                self.decisions.affinity.fetch_add(1, Ordering::Relaxed);
+                self.uniform_among(n, |i| longest(i) && loads[i] == warm_load)
+            }
+        } else {
+            self.decisions.cold.fetch_add(1, Ordering::Relaxed);
+            self.uniform_among(n, least_loaded)
+        };
+        debug_assert!(chosen.is_some_and(usable), "an eligible target was found");
+        if let Some(target) = chosen {
+            self.picks.record(target, ctx.now_ms);
+        }
+        chosen
+    }
+
+    fn observe(&self, target: usize, ctx: &RouteContext) {
+        self.trees.insert(target, &PromptBlocks::of(ctx.prompt));
+    }
+
+    fn report(&self) -> BalancerReport {
+        let targets = (0..self.trees.len().max(self.picks.len()))
+            .map(|i| {
+                let mut report = TargetReport {
+                    learned_size: Some(self.trees.stored_bytes(i)),
+                    evictions: Some(self.trees.evictions(i)),
+                    ..TargetReport::default()
+                };
+                self.picks.fill(i, &mut report);
+                report
+            })
+            .collect();
+        BalancerReport {
+            targets,
+            decisions: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! Routes and targets: what a request is balanced over.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderValue;
+use pingora::upstreams::peer::HttpPeer;
+use rolter_balancer::{LoadBalancer, StrategyKind, TargetSpec};
+
+use super::{Provider, UPSTREAM_IDLE_TIMEOUT};
+use crate::config;
+use crate::metrics::{Metrics, RouteMetrics, TargetMetrics};
+use crate::tracker::{LoadTracker, TargetId, TargetStats};
+
+/// One target of one route.
+pub struct Target {
+    pub id: TargetId,
+    /// `id` as text (`provider/model`), the stable identity strategies and
+    /// metrics see.
+    pub label: String,
+    pub provider: Arc<Provider>,
+    pub weight: u32,
+    /// The upstream model as a JSON string literal, spliced into request bodies.
+    pub model_json: Bytes,
+    pub model_header: HeaderValue,
+    pub provider_header: HeaderValue,
+    pub stats: Arc<TargetStats>,
+    pub metrics: TargetMetrics,
+    peer: HttpPeer,
+}
+
+impl Target {
+    /// Builds the target `provider` serving `model`, attached to its
+    /// counters in `tracker`. `route_label` names the route in metrics.
+    pub fn new(
+        route_label: &str,
+        provider: Arc<Provider>,
+        model: &str,
+        weight: u32,
+        timeouts: &config::Timeouts,
+        tracker: &LoadTracker,
+        metrics: &Metrics,
+    ) -> Target {
+        let id = TargetId::new(provider.slug.clone(), model);
+        let label = id.to_string();
+        // SNI is the bare host name (brackets of an IPv6 literal removed).
+        let sni = provider
+            .host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let mut peer = HttpPeer::new(provider.addr, provider.tls, sni);
+        peer.options.connection_timeout = Some(timeouts.connect);
+        // Pingora applies one read timeout to every upstream read, headers
+        // included; the longer of the two bounds keeps a slow prefill alive.
+        peer.options.read_timeout = Some(timeouts.first_byte.max(timeouts.idle));
+        peer.options.idle_timeout = Some(UPSTREAM_IDLE_TIMEOUT);
+        let model_json = serde_json::to_vec(model).unwrap_or_default();
+        Target {
+            stats: tracker.stats(&id),
+            metrics: metrics.target(route_label, &label),
+            model_header: HeaderValue::from_str(model)
+                .unwrap_or_else(|_| HeaderValue::from_static("-")),
+            provider_header: HeaderValue::from_str(&provider.slug)
+                .unwrap_or_else(|_| HeaderValue::from_static("-")),
+            model_json: Bytes::from(model_json),
+            weight,
+            provider,
+            label,
+            id,
+            peer,
+        }
+    }
+
+    /// A fresh peer for one attempt (Pingora takes it boxed).
+    pub fn peer(&self) -> Box<HttpPeer> {
+        Box::new(self.peer.clone())
+    }
+
+    /// How a strategy sees this target at build time.
+    pub fn spec<'a>(&'a self, config: &config::Config) -> TargetSpec<'a> {
+        TargetSpec {
+            id: &self.label,
+            weight: self.weight,
+            price: config
+                .price_of(&self.id.model)
+                .map(|p| rolter_balancer::Price {
+                    input_per_mtok: p.input_per_mtok,
+                    output_per_mtok: p.output_per_mtok,
+                }),
+            max_adapters: self.provider.max_loras,
+        }
+    }
+}
+
+/// How a request addressed its route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// A `[[routes]]` entry.
+    Configured,
+    /// `<group-slug>/<model>`: a provider group's members.
+    Group { slug: String },
+    /// `<provider-slug>/<model>`: one provider, pinned.
+    Pinned { slug: String },
+}
+
+pub struct Route {
+    /// The address clients use: the public model, or `<slug>/<model>`.
+    pub model: String,
+    pub kind: RouteKind,
+    pub strategy: StrategyKind,
+    /// Shared by every route built for one group in one snapshot.
+    pub balancer: Arc<dyn LoadBalancer>,
+    pub targets: Vec<Target>,
+    pub metrics: RouteMetrics,
+    /// The LoRA adapter requests on this route address: set only for a
+    /// group route whose passthrough members forward the requested model.
+    pub adapter: Option<String>,
+}
