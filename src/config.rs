@@ -11,7 +11,7 @@
 //! SHA-256 digests of caller keys and admin tokens.
 //!
 //! Parts of the `rolter.toml` contract that this version does not implement
-//! (TLS listeners, health checks, the breaker, ...) parse, and then fail
+//! (TLS listeners, the control plane, ...) parse, and then fail
 //! validation with a message that says so, so that nobody believes such a
 //! setting took effect.
 //!
@@ -60,6 +60,9 @@ pub struct Config {
     pub admin_tokens: Vec<AdminToken>,
     pub retry: Retry,
     pub timeouts: Timeouts,
+    pub health: Health,
+    pub breaker: Breaker,
+    pub parking: Parking,
     /// Settings that validated but do not do what they seem to, in file
     /// order, each naming its field and line. Never a reason to refuse the
     /// file; `rolter check` and `serve` print them.
@@ -294,6 +297,83 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Between two reads of a streaming response.
     pub idle: Duration,
+}
+
+/// `[health]`: an active probe per provider (`GET` of its `health_path`).
+/// A provider is down after `unhealthy_after` failed probes in a row and up
+/// again after `healthy_after` successes in a row; one not yet probed counts
+/// as healthy. [`Health::default`] is decisions.md's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// `false`: nothing is probed and every provider counts as healthy.
+    pub enabled: bool,
+    /// Between two probes of one provider; 1 s to 1 h.
+    pub interval: Duration,
+    /// A probe slower than this failed; >= 1 s and < `interval`, so a probe
+    /// ends before the next one starts.
+    pub timeout: Duration,
+    /// Consecutive failed probes that mark a provider down; 1..=100.
+    pub unhealthy_after: u32,
+    /// Consecutive successful probes that mark it up again; 1..=100.
+    pub healthy_after: u32,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            enabled: file::DEFAULT_HEALTH_ENABLED,
+            interval: Duration::from_secs(file::DEFAULT_HEALTH_INTERVAL_SECS),
+            timeout: Duration::from_secs(file::DEFAULT_HEALTH_TIMEOUT_SECS),
+            unhealthy_after: file::DEFAULT_UNHEALTHY_AFTER,
+            healthy_after: file::DEFAULT_HEALTHY_AFTER,
+        }
+    }
+}
+
+/// `[breaker]`: a circuit breaker per target. Closed, it opens after
+/// `failure_threshold` consecutive failed requests; open, it refuses the
+/// target for `open`; then half-open, it admits exactly one probe request,
+/// whose success closes it and whose failure re-opens it.
+/// [`Breaker::default`] is decisions.md's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Breaker {
+    /// `false`: breakers never open.
+    pub enabled: bool,
+    /// 1..=1000.
+    pub failure_threshold: u32,
+    /// How long an open breaker stays open; 1 s to 1 h.
+    pub open: Duration,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            enabled: file::DEFAULT_BREAKER_ENABLED,
+            failure_threshold: file::DEFAULT_FAILURE_THRESHOLD,
+            open: Duration::from_secs(file::DEFAULT_OPEN_SECS),
+        }
+    }
+}
+
+/// `[parking]`: a target that answered 429, 408 or 5xx, or failed to
+/// connect, is parked for `base` or the `Retry-After` it sent, capped at
+/// `max`; parking only ever extends. [`Parking::default`] is decisions.md's
+/// defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parking {
+    /// Without a `Retry-After`; 1 s to 1 h.
+    pub base: Duration,
+    /// The cap; >= `base`, at most one day.
+    pub max: Duration,
+}
+
+impl Default for Parking {
+    fn default() -> Self {
+        Parking {
+            base: Duration::from_secs(file::DEFAULT_PARKING_BASE_SECS),
+            max: Duration::from_secs(file::DEFAULT_PARKING_MAX_SECS),
+        }
+    }
 }
 
 /// Read and validate a file (environment from `std::env`).

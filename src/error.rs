@@ -38,6 +38,12 @@ pub enum GatewayError {
     UpstreamFailed { model: String, last: String },
     #[error("Reading the request body failed: {0}.")]
     BodyRead(String),
+    #[error("The request body did not arrive in time (waited {after:?}).")]
+    BodyTimeout { after: std::time::Duration },
+    #[error(
+        "Unsupported Content-Type `{content_type}`: send the request body as application/json."
+    )]
+    UnsupportedMediaType { content_type: String },
 }
 
 /// OpenAI's error object.
@@ -65,6 +71,8 @@ impl GatewayError {
             GatewayError::BodyTooLarge { .. } => 413,
             GatewayError::BadRequest(_) | GatewayError::BodyRead(_) => 400,
             GatewayError::NoEligibleTarget { .. } | GatewayError::AddressLimit { .. } => 503,
+            GatewayError::BodyTimeout { .. } => 408,
+            GatewayError::UnsupportedMediaType { .. } => 415,
             GatewayError::UpstreamFailed { .. } => 502,
         }
     }
@@ -89,6 +97,14 @@ impl GatewayError {
             }
             GatewayError::BadRequest(e) => ("invalid_request_error", e.param(), None),
             GatewayError::BodyRead(_) => ("invalid_request_error", None, None),
+            GatewayError::BodyTimeout { .. } => {
+                ("invalid_request_error", None, Some("request_timeout"))
+            }
+            GatewayError::UnsupportedMediaType { .. } => (
+                "invalid_request_error",
+                None,
+                Some("unsupported_media_type"),
+            ),
             GatewayError::UnknownModel { .. } => (
                 "invalid_request_error",
                 Some("model"),

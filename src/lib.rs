@@ -10,6 +10,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod fake_llm;
+pub mod health;
 pub mod metrics;
 pub mod openai;
 pub mod proxy;

@@ -10,8 +10,9 @@ use prometheus::{
 };
 use rolter_balancer::StrategyKind;
 
+use crate::health::ProbeOutcome;
 use crate::snapshot::Snapshot;
-use crate::tracker::LoadTracker;
+use crate::tracker::{BreakerState, LoadTracker};
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
 /// milliseconds (embeddings, cached prefills) to minutes (long generations).
@@ -30,11 +31,21 @@ pub struct Metrics {
     reloads: IntCounterVec,
     config_version: IntGauge,
     adaptive_score: GaugeVec,
+    provider_healthy: IntGaugeVec,
+    health_probes: IntCounterVec,
+    breaker_state: IntGaugeVec,
+    breaker_transitions: IntCounterVec,
+    parked: IntGaugeVec,
+    retries: IntCounterVec,
+    timeouts: IntCounterVec,
+    client_cancels: IntCounterVec,
 }
 
 /// Handles of one route, resolved when the snapshot is built.
 #[derive(Clone)]
 pub struct RouteMetrics {
+    /// The route's label value (its model, or `<slug>/*` for addresses).
+    pub label: String,
     pub picks: IntCounter,
 }
 
@@ -48,16 +59,25 @@ pub struct TargetMetrics {
 /// Why an attempt at a target failed, as a fixed label value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailureReason {
+    /// No connection (refused, unreachable, connect timeout).
     Connect,
+    /// A 5xx, 429 or 408 answer.
     Status,
+    /// No response header within `first_byte_secs`.
+    FirstByteTimeout,
+    /// A response stalled longer than `idle_secs` between reads.
+    IdleTimeout,
+    /// The connection broke (reset, closed early).
     Stream,
 }
 
 impl FailureReason {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             FailureReason::Connect => "connect",
             FailureReason::Status => "status",
+            FailureReason::FirstByteTimeout => "first_byte_timeout",
+            FailureReason::IdleTimeout => "idle_timeout",
             FailureReason::Stream => "stream",
         }
     }
@@ -134,6 +154,52 @@ impl Metrics {
             &["model", "target"],
         )
         .expect("static metric definition");
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric definition")
+        };
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition")
+        };
+        let provider_healthy = gauge_vec(
+            "rolter_provider_healthy",
+            "1 while the provider passes its active health checks.",
+            &["provider"],
+        );
+        let health_probes = counter_vec(
+            "rolter_health_probes_total",
+            "Active health probes by outcome (up, busy, down).",
+            &["provider", "outcome"],
+        );
+        let breaker_state = gauge_vec(
+            "rolter_breaker_state",
+            "Circuit breaker per target: 0 closed, 1 open, 2 half-open.",
+            &["target"],
+        );
+        let breaker_transitions = counter_vec(
+            "rolter_breaker_transitions_total",
+            "Circuit breaker state changes per target.",
+            &["target", "to"],
+        );
+        let parked = gauge_vec(
+            "rolter_target_parked",
+            "1 while the target is parked (after 429, 408, 5xx or a connect failure).",
+            &["target"],
+        );
+        let retries = counter_vec(
+            "rolter_retries_total",
+            "Attempts retried on another target, by route and reason.",
+            &["route", "reason"],
+        );
+        let timeouts = counter_vec(
+            "rolter_upstream_timeouts_total",
+            "Upstream timeouts per target and phase (first_byte, idle).",
+            &["target", "phase"],
+        );
+        let client_cancels = counter_vec(
+            "rolter_client_cancels_total",
+            "Requests whose client went away before the response ended.",
+            &["route"],
+        );
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(upstream_latency.clone()),
@@ -144,6 +210,14 @@ impl Metrics {
             Box::new(reloads.clone()),
             Box::new(config_version.clone()),
             Box::new(adaptive_score.clone()),
+            Box::new(provider_healthy.clone()),
+            Box::new(health_probes.clone()),
+            Box::new(breaker_state.clone()),
+            Box::new(breaker_transitions.clone()),
+            Box::new(parked.clone()),
+            Box::new(retries.clone()),
+            Box::new(timeouts.clone()),
+            Box::new(client_cancels.clone()),
         ] {
             registry
                 .register(collector)
@@ -160,11 +234,20 @@ impl Metrics {
             reloads,
             config_version,
             adaptive_score,
+            provider_healthy,
+            health_probes,
+            breaker_state,
+            breaker_transitions,
+            parked,
+            retries,
+            timeouts,
+            client_cancels,
         }
     }
 
     pub fn route(&self, route: &str, strategy: &str) -> RouteMetrics {
         RouteMetrics {
+            label: route.to_string(),
             picks: self.picks.with_label_values(&[route, strategy]),
         }
     }
@@ -189,6 +272,43 @@ impl Metrics {
             .inc();
     }
 
+    pub fn set_provider_healthy(&self, provider: &str, healthy: bool) {
+        self.provider_healthy
+            .with_label_values(&[provider])
+            .set(i64::from(healthy));
+    }
+
+    pub fn record_probe(&self, provider: &str, outcome: ProbeOutcome, _healthy: bool) {
+        let label = match outcome {
+            ProbeOutcome::Up => "up",
+            ProbeOutcome::Busy => "busy",
+            ProbeOutcome::Down => "down",
+        };
+        self.health_probes
+            .with_label_values(&[provider, label])
+            .inc();
+    }
+
+    pub fn record_breaker_transition(&self, target: &str, to: BreakerState) {
+        self.breaker_transitions
+            .with_label_values(&[target, to.as_str()])
+            .inc();
+    }
+
+    pub fn record_retry(&self, route: &str, reason: FailureReason) {
+        self.retries
+            .with_label_values(&[route, reason.label()])
+            .inc();
+    }
+
+    pub fn record_timeout(&self, target: &str, phase: &str) {
+        self.timeouts.with_label_values(&[target, phase]).inc();
+    }
+
+    pub fn record_client_cancel(&self, route: &str) {
+        self.client_cancels.with_label_values(&[route]).inc();
+    }
+
     pub fn record_reload(&self, ok: bool) {
         self.reloads
             .with_label_values(&[if ok { "ok" } else { "error" }])
@@ -202,10 +322,24 @@ impl Metrics {
     /// Prometheus text exposition, with the gauges read at scrape time from
     /// the tracker (in flight) and the snapshot's balancers (adaptive scores).
     pub fn render(&self, tracker: &LoadTracker, snapshot: &Snapshot) -> String {
+        let now = crate::clock::now_ms();
         for (id, stats) in tracker.entries() {
+            let label = id.to_string();
             self.in_flight
-                .with_label_values(&[&id.to_string()])
+                .with_label_values(&[&label])
                 .set(stats.in_flight() as i64);
+            let state = match stats.breaker.state() {
+                BreakerState::Closed => 0,
+                BreakerState::Open => 1,
+                BreakerState::HalfOpen => 2,
+            };
+            self.breaker_state.with_label_values(&[&label]).set(state);
+            self.parked
+                .with_label_values(&[&label])
+                .set(i64::from(stats.parking.is_parked(now)));
+        }
+        for provider in snapshot.providers() {
+            self.set_provider_healthy(&provider.slug, provider.health.is_healthy());
         }
         for route in snapshot
             .routes()
@@ -266,7 +400,8 @@ mod tests {
         let metrics = std::sync::Arc::new(Metrics::new());
         let tracker = std::sync::Arc::new(LoadTracker::new());
         let config = crate::config::parse("t.toml", "", &|_| None).unwrap();
-        let snapshot = Snapshot::build(config, 1, &tracker, &metrics).unwrap();
+        let health = crate::health::HealthRegistry::new();
+        let snapshot = Snapshot::build(config, 1, &tracker, &health, &metrics).unwrap();
         let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
         let _guard = stats.begin();
         metrics.record_request("chat", "gpu-a/m", 200);

@@ -15,11 +15,13 @@
 
 mod body;
 mod ctx;
+mod outcome;
 mod respond;
+mod select;
 mod target_set;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,12 +34,15 @@ use smallvec::SmallVec;
 
 pub use ctx::RequestCtx;
 
+use outcome::{attempt_failed, attempt_succeeded, BreakerTicket, Failure};
+
 use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
 use crate::metrics::FailureReason;
 use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
 use crate::snapshot::{Snapshot, Unresolved, MAX_ADDRESSED_ROUTES};
 use crate::state::GatewayState;
+use crate::tracker::parse_retry_after;
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -101,6 +106,7 @@ impl Gateway {
             Some(value) => Some(parse_token_ids(value.as_bytes())?),
             None => None,
         };
+        body::check_content_type(session)?;
         let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
         let parsed = parse_request(endpoint, &body)?;
         let route = snapshot.resolve(&parsed.model).map_err(|e| match e {
@@ -150,14 +156,11 @@ impl Gateway {
         Ok(Some(endpoint))
     }
 
-    /// Records a failed attempt against its target.
-    fn record_failure(&self, ctx: &mut RequestCtx, reason: FailureReason, detail: &str) {
-        if let Some((_, target)) = ctx.current_target() {
-            target.stats.record_failure();
+    fn record_retry(&self, ctx: &RequestCtx, reason: FailureReason) {
+        if let Some(route) = ctx.route.as_deref() {
             self.state
                 .metrics
-                .record_upstream_failure(&target.label, reason);
-            ctx.last_failure = Some(format!("{}: {detail}", target.label));
+                .record_retry(&route.metrics.label, reason);
         }
     }
 }
@@ -222,21 +225,33 @@ impl ProxyHttp for Gateway {
         ctx.now_ms = crate::clock::now_ms();
         let loads: SmallVec<[u64; 16]> =
             route.targets.iter().map(|t| t.stats.in_flight()).collect();
-        let eligible = |i: usize| ctx.is_eligible(&route, i);
-        let picked = route
-            .balancer
-            .pick_eligible(&ctx.route_context(), &loads, &eligible)
-            .map(|i| {
-                if eligible(i) {
-                    i
-                } else {
-                    debug_assert!(false, "{} picked an ineligible target", route.strategy);
-                    (0..route.targets.len()).find(|&j| eligible(j)).unwrap_or(i)
+        let breaker_policy = ctx
+            .snapshot
+            .as_ref()
+            .map(|s| s.limits.breaker)
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no snapshot in context"))?;
+        // A pick is confirmed by the target's breaker; when a half-open probe
+        // slot went to another request in the meantime, pick again without it
+        // (at most once per target).
+        let mut admitted = None;
+        for _ in 0..route.targets.len() {
+            let Some(index) = select::pick(&route, ctx, &loads) else {
+                break;
+            };
+            match route.targets[index]
+                .stats
+                .breaker
+                .try_admit(ctx.now_ms, &breaker_policy)
+            {
+                Some(admission) => {
+                    admitted = Some((index, admission));
+                    break;
                 }
-            })
-            .filter(|&i| eligible(i));
+                None => ctx.tried.insert(index),
+            }
+        }
 
-        let Some(index) = picked else {
+        let Some((index, admission)) = admitted else {
             let error = match ctx.last_failure.take() {
                 Some(last) => GatewayError::UpstreamFailed {
                     model: route.model.clone(),
@@ -244,7 +259,7 @@ impl ProxyHttp for Gateway {
                 },
                 None => GatewayError::NoEligibleTarget {
                     model: route.model.clone(),
-                    reason: format!("none of its {} targets may take it", route.targets.len()),
+                    reason: select::why_none(&route, ctx),
                 },
             };
             let e = error_with(
@@ -267,6 +282,7 @@ impl ProxyHttp for Gateway {
             started: Some(Instant::now()),
             queue_depth: loads[index],
             in_flight: Some(target.stats.begin()),
+            breaker: Some(BreakerTicket::new(Arc::clone(&target.stats), admission)),
             body: body::attempt_body(&ctx.body, &ctx.model_span, rewrite),
             status: None,
             failed_over_status: false,
@@ -333,6 +349,9 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let status = upstream.status.as_u16();
+        if upstream.status.is_informational() {
+            return Ok(());
+        }
         ctx.attempt.status = Some(status);
         let Some((route, target)) = ctx.current_target() else {
             return Ok(());
@@ -342,20 +361,46 @@ impl ProxyHttp for Gateway {
             .metrics
             .time_to_first_byte
             .observe(elapsed.as_secs_f64());
-        if status >= 500 || status == 429 {
-            let detail = format!("answered {status}");
-            self.record_failure(ctx, FailureReason::Status, &detail);
-            if ctx.can_fail_over() {
+        if status >= 500 || status == 429 || status == 408 {
+            let retry_after = upstream
+                .headers
+                .get(header::RETRY_AFTER)
+                .and_then(|v| parse_retry_after(v.as_bytes()));
+            attempt_failed(
+                ctx,
+                &self.state.metrics,
+                Failure::Status {
+                    status,
+                    retry_after,
+                },
+            );
+            // 408 is the engine timing out the request itself: not retried
+            // (decisions.md), the client gets the engine's answer.
+            if status != 408 && ctx.can_fail_over() {
                 ctx.attempt.failed_over_status = true;
-                return Err(error_with(ErrorType::HTTPStatus(status), detail, true));
+                return Err(error_with(
+                    ErrorType::HTTPStatus(status),
+                    format!("upstream answered {status}"),
+                    true,
+                ));
             }
-        } else if status < 400 {
-            target.stats.record_latency(elapsed);
+            return Ok(());
+        }
+        if status < 400 {
+            let routing = ctx.route_context();
+            target
+                .stats
+                .record_success(elapsed, ctx.attempt.queue_depth, routing.prompt_ktokens());
             route
                 .balancer
-                .observe(ctx.attempt.target.unwrap_or(0), &ctx.route_context());
+                .observe(ctx.attempt.target.unwrap_or(0), &routing);
         }
+        attempt_succeeded(ctx, &self.state.metrics);
         Ok(())
+    }
+
+    fn upstream_body_read_timeout(&self, ctx: &RequestCtx) -> Option<Duration> {
+        ctx.snapshot.as_ref().map(|s| s.config.timeouts.idle)
     }
 
     async fn response_filter(
@@ -382,8 +427,12 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
         mut e: Box<Error>,
     ) -> Box<Error> {
-        self.record_failure(ctx, FailureReason::Connect, &e.to_string());
-        e.set_retry(ctx.can_fail_over());
+        attempt_failed(ctx, &self.state.metrics, Failure::Connect(e.to_string()));
+        let retry = ctx.can_fail_over();
+        if retry {
+            self.record_retry(ctx, FailureReason::Connect);
+        }
+        e.set_retry(retry);
         e
     }
 
@@ -398,17 +447,21 @@ impl ProxyHttp for Gateway {
         let mut e = e.more_context(format!("Peer: {peer}"));
         if ctx.attempt.failed_over_status {
             // Already counted and decided in `upstream_response_filter`.
+            self.record_retry(ctx, FailureReason::Status);
             e.set_retry(true);
             return e;
         }
-        if ctx.response_started || e.esource() == &pingora::ErrorSource::Downstream {
+        if e.esource() == &pingora::ErrorSource::Downstream {
+            // The client went away: nothing to learn about the target (a
+            // half-open probe is released when the attempt is dropped).
+            ctx.client_cancelled = true;
             e.set_retry(false);
             return e;
         }
         // A pooled connection the engine had closed: not the target's fault,
         // and nothing reached it, so the same target may take the retry.
         e.retry.decide_reuse(client_reused);
-        if client_reused && e.retry() {
+        if client_reused && ctx.attempt.status.is_none() && e.retry() && !ctx.response_started {
             if let Some(index) = ctx.attempt.target {
                 ctx.tried.remove(index);
             }
@@ -419,8 +472,18 @@ impl ProxyHttp for Gateway {
             e.set_retry(within_budget);
             return e;
         }
-        self.record_failure(ctx, FailureReason::Stream, &e.to_string());
-        e.set_retry(ctx.can_fail_over());
+        let failure = match (e.etype(), ctx.attempt.status) {
+            (ErrorType::ReadTimedout, None) => Failure::FirstByteTimeout,
+            (ErrorType::ReadTimedout, Some(_)) => Failure::IdleTimeout,
+            _ => Failure::Stream(e.to_string()),
+        };
+        let reason = failure.reason();
+        attempt_failed(ctx, &self.state.metrics, failure);
+        let retry = ctx.can_fail_over();
+        if retry {
+            self.record_retry(ctx, reason);
+        }
+        e.set_retry(retry);
         e
     }
 
@@ -463,6 +526,11 @@ impl ProxyHttp for Gateway {
             t.metrics
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
+        }
+        if ctx.client_cancelled
+            || e.is_some_and(|e| e.esource() == &pingora::ErrorSource::Downstream)
+        {
+            self.state.metrics.record_client_cancel(route);
         }
         if let Some(e) = e {
             log::warn!(

@@ -17,6 +17,7 @@ use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
 use crate::config::{self, Config};
+use crate::health::HealthChecker;
 use crate::proxy::Gateway;
 use crate::signals::SignalService;
 use crate::state::GatewayState;
@@ -110,6 +111,10 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
 
     server.add_service(proxy);
     server.add_service(admin);
+    server.add_service(background_service(
+        "health checks",
+        HealthChecker::new(Arc::clone(&state)),
+    ));
     server.add_service(background_service("signals", SignalService::new(state)));
     server.run_forever()
 }

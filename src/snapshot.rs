@@ -31,8 +31,9 @@ pub use route::{Route, RouteKind, Target};
 
 use crate::auth::{AdminTokens, ApiKeys};
 use crate::config::{Config, GroupMember};
+use crate::health::{HealthPolicy, HealthRegistry};
 use crate::metrics::Metrics;
-use crate::tracker::{LoadTracker, TargetId, TrackerView};
+use crate::tracker::{BreakerPolicy, LoadTracker, ParkingPolicy, TargetId, TrackerView};
 
 /// How long an idle upstream connection stays in the pool. Below the 5 s
 /// keep-alive of uvicorn (vLLM, SGLang), so the engine never closes a
@@ -44,12 +45,42 @@ pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// part freely, so the number is bounded; a reload starts afresh.
 pub const MAX_ADDRESSED_ROUTES: usize = 4096;
 
-/// Settings read on the request path.
+/// Settings read on the request path and by the health checker.
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_body_bytes: usize,
     pub require_api_key: bool,
     pub max_retries: u32,
+    pub breaker: BreakerPolicy,
+    pub parking: ParkingPolicy,
+    pub health: HealthPolicy,
+}
+
+impl Limits {
+    fn from_config(config: &Config) -> Self {
+        let ms = |d: Duration| d.as_millis() as u64;
+        Limits {
+            max_body_bytes: config.server.max_body_bytes,
+            require_api_key: config.server.require_api_key,
+            max_retries: config.retry.max_retries,
+            breaker: BreakerPolicy {
+                enabled: config.breaker.enabled,
+                failure_threshold: config.breaker.failure_threshold,
+                open_ms: ms(config.breaker.open),
+            },
+            parking: ParkingPolicy {
+                base_ms: ms(config.parking.base),
+                max_ms: ms(config.parking.max),
+            },
+            health: HealthPolicy {
+                enabled: config.health.enabled,
+                interval_ms: ms(config.health.interval),
+                timeout_ms: ms(config.health.timeout),
+                unhealthy_after: config.health.unhealthy_after,
+                healthy_after: config.health.healthy_after,
+            },
+        }
+    }
 }
 
 /// A provider group: its members and the one balancer they share.
@@ -127,13 +158,18 @@ impl Snapshot {
         config: Config,
         version: u64,
         tracker: &Arc<LoadTracker>,
+        health: &HealthRegistry,
         metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, BuildError> {
         let mut providers = HashMap::new();
         for provider in &config.providers {
             providers.insert(
                 provider.slug.clone(),
-                Arc::new(provider::resolve(&config.source, provider)?),
+                Arc::new(provider::resolve(
+                    &config.source,
+                    provider,
+                    health.provider(&provider.slug),
+                )?),
             );
         }
 
@@ -220,11 +256,7 @@ impl Snapshot {
 
         Ok(Snapshot {
             version,
-            limits: Limits {
-                max_body_bytes: config.server.max_body_bytes,
-                require_api_key: config.server.require_api_key,
-                max_retries: config.retry.max_retries,
-            },
+            limits: Limits::from_config(&config),
             api_keys: ApiKeys::new(&config.api_keys),
             admin_tokens: AdminTokens::new(&config.admin_tokens),
             routes,
@@ -332,6 +364,11 @@ impl Snapshot {
     /// Routes in configuration order.
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.route_order
+    }
+
+    /// Every provider of the configuration.
+    pub fn providers(&self) -> impl Iterator<Item = &Arc<Provider>> {
+        self.providers.values()
     }
 
     /// Provider groups, by slug.

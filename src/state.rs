@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::config::{self, Config, ConfigErrors};
+use crate::health::HealthRegistry;
 use crate::metrics::Metrics;
 use crate::snapshot::{BuildError, Snapshot};
 use crate::tracker::LoadTracker;
@@ -47,6 +48,7 @@ pub struct Reloaded {
 pub struct GatewayState {
     snapshot: ArcSwap<Snapshot>,
     pub tracker: Arc<LoadTracker>,
+    pub health: Arc<HealthRegistry>,
     pub metrics: Arc<Metrics>,
     config_path: PathBuf,
     next_version: AtomicU64,
@@ -71,12 +73,14 @@ impl GatewayState {
     pub fn from_config(config: Config, config_path: &Path) -> Result<Arc<GatewayState>, LoadError> {
         log_warnings(&config);
         let tracker = Arc::new(LoadTracker::new());
+        let health = Arc::new(HealthRegistry::new());
         let metrics = Arc::new(Metrics::new());
-        let snapshot = Snapshot::build(config, 1, &tracker, &metrics)?;
+        let snapshot = Snapshot::build(config, 1, &tracker, &health, &metrics)?;
         metrics.set_config_version(1);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
             tracker,
+            health,
             metrics,
             config_path: config_path.to_path_buf(),
             next_version: AtomicU64::new(2),
@@ -100,7 +104,8 @@ impl GatewayState {
             .map_err(LoadError::from)
             .and_then(|config| {
                 let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-                let snapshot = Snapshot::build(config, version, &self.tracker, &self.metrics)?;
+                let snapshot =
+                    Snapshot::build(config, version, &self.tracker, &self.health, &self.metrics)?;
                 Ok(snapshot)
             });
         match result {

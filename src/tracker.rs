@@ -12,6 +12,12 @@
 //! the attempt failed, or a retry replaced it. Nothing has to remember to
 //! decrement.
 
+mod breaker;
+mod parking;
+
+pub use breaker::{Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition};
+pub use parking::{parse_retry_after, Parking, ParkingPolicy};
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,12 +65,16 @@ pub struct TargetStats {
     /// predicted_latency's model of this target; lives here, not in the
     /// balancer, so a reload does not throw away what it learned.
     latency_model: LatencyModel,
+    /// Breaker and parking live here too: a reload must not close an open
+    /// breaker or unpark a target that asked for time.
+    pub breaker: CircuitBreaker,
+    pub parking: Parking,
 }
 
 const NO_SAMPLE: u64 = 0;
 
 /// A copy of a target's counters at one instant, for the admin API and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct TargetLoad {
     pub in_flight: u64,
     pub requests: u64,
@@ -73,6 +83,7 @@ pub struct TargetLoad {
     /// Smoothed time to response headers of successful attempts, in ms.
     pub latency_ewma_ms: Option<f64>,
     pub latency_samples: u64,
+    pub breaker: BreakerState,
 }
 
 impl TargetStats {
@@ -153,6 +164,7 @@ impl TargetStats {
             picks: self.picks.load(Ordering::Relaxed),
             latency_ewma_ms: self.latency_ms(),
             latency_samples: self.latency_samples.load(Ordering::Relaxed),
+            breaker: self.breaker.state(),
         }
     }
 }

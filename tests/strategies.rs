@@ -232,49 +232,64 @@ async fn adaptive_warms_up_every_target_then_engages_and_prefers_the_fast_one() 
 }
 
 #[tokio::test]
-async fn predicted_latency_prefers_the_shorter_queue() {
-    let (a, b) = (
-        FakeEngine::start("a", &["--ttft-ms", "20"]),
-        FakeEngine::start("b", &["--ttft-ms", "20"]),
-    );
-    let config =
-        providers(&[("a", &a), ("b", &b)]) + &route("chat", "predicted_latency", &["a", "b"]);
+async fn predicted_latency_ranks_by_modelled_cost_not_by_queue_length_alone() {
+    // `fast` answers in ~60 ms, `slow` in ~340 ms; neither queues (the fake
+    // engine serves requests in parallel), so the models learn that one
+    // queued request on `fast` costs it next to nothing. Least load would
+    // send the next request to the idle `slow`; predicted_latency keeps it
+    // on `fast`.
+    let fast = FakeEngine::start("fast", &["--ttft-ms", "20", "--token-delay-ms", "10"]);
+    let slow = FakeEngine::start("slow", &["--ttft-ms", "300", "--token-delay-ms", "10"]);
+    let config = providers(&[("fast", &fast), ("slow", &slow)])
+        + &route("chat", "predicted_latency", &["fast", "slow"]);
     let gateway = Gateway::start(&config).await;
-    // Give both models evidence (8 samples each before they predict).
-    for _ in 0..24 {
-        assert_eq!(gateway.chat("chat", "warm").await.status(), 200);
+    // Evidence for both models (8 successful samples each before they predict):
+    // concurrent pairs, so least load (the cold fallback) spreads them.
+    for round in 0..14 {
+        let (first, second) = (format!("warm {round} a"), format!("warm {round} b"));
+        let (a, b) = tokio::join!(gateway.chat("chat", &first), gateway.chat("chat", &second));
+        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
     }
-    // Queue long requests on `a` only, through a pinned address.
-    a.control(json!({"ttft_ms": 1500})).await;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let url = gateway.url("/v1/chat/completions");
-        held.push(tokio::spawn(async move {
-            client()
-                .post(url)
-                .json(&chat_body("a/Qwen/Qwen3-8B", "long"))
-                .send()
-                .await
-                .map(|r| r.status())
-        }));
+    let routes = gateway.routes().await;
+    for target in routes["routes"][0]["targets"].as_array().unwrap() {
+        assert!(target["latency_samples"].as_u64().unwrap() >= 8, "{routes}");
     }
+    // One long stream keeps a request in flight on `fast`.
+    let url = gateway.url("/v1/chat/completions");
+    let held = tokio::spawn(async move {
+        let response = client()
+            .post(url)
+            .json(
+                &json!({"model": "fast/Qwen/Qwen3-8B", "stream": true, "max_tokens": 300,
+                          "messages": [{"role": "user", "content": "long"}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        response.bytes().await.unwrap().len()
+    });
     let admin = gateway.admin_url();
-    wait_until(Duration::from_secs(5), "the queue on a", || {
-        let request = client().get(format!("{admin}/metrics")).send();
-        async move {
-            match request.await {
-                Ok(r) => r.text().await.is_ok_and(|t| {
-                    t.contains(r#"rolter_target_in_flight{target="a/Qwen/Qwen3-8B"} 4"#)
-                }),
-                Err(_) => false,
+    wait_until(
+        Duration::from_secs(5),
+        "the stream in flight on fast",
+        || {
+            let request = client().get(format!("{admin}/metrics")).send();
+            async move {
+                match request.await {
+                    Ok(r) => r.text().await.is_ok_and(|t| {
+                        t.contains(r#"rolter_target_in_flight{target="fast/Qwen/Qwen3-8B"} 1"#)
+                    }),
+                    Err(_) => false,
+                }
             }
-        }
-    })
+        },
+    )
     .await;
-    for _ in 0..6 {
-        assert_eq!(served_by(&gateway.chat("chat", "now").await), "b");
+    for i in 0..4 {
+        assert_eq!(
+            served_by(&gateway.chat("chat", &format!("now {i}")).await),
+            "fast"
+        );
     }
-    for task in held {
-        assert_eq!(task.await.unwrap().unwrap(), 200);
-    }
+    held.abort();
 }

@@ -53,6 +53,50 @@ pub const DEFAULT_CONNECT_MS: u64 = 2_000;
 pub const DEFAULT_FIRST_BYTE_SECS: u64 = 120;
 /// Default for `timeouts.idle_secs`.
 pub const DEFAULT_IDLE_SECS: u64 = 300;
+/// Default for `health.enabled`: every provider is probed.
+pub const DEFAULT_HEALTH_ENABLED: bool = true;
+/// Default for `health.interval_secs`, in seconds: 10 (decisions.md).
+pub const DEFAULT_HEALTH_INTERVAL_SECS: u64 = 10;
+/// Upper bound for `health.interval_secs`, in seconds: one hour. A probe
+/// rarer than that no longer tracks health, and the bound catches the
+/// default written in milliseconds (10000).
+pub const MAX_HEALTH_INTERVAL_SECS: u64 = 3_600;
+/// Default for `health.timeout_secs`, in seconds: 2 (decisions.md). Must be
+/// below `health.interval_secs`, which also bounds it.
+pub const DEFAULT_HEALTH_TIMEOUT_SECS: u64 = 2;
+/// Default for `health.unhealthy_after`, in consecutive failed probes: 3
+/// (decisions.md).
+pub const DEFAULT_UNHEALTHY_AFTER: u32 = 3;
+/// Default for `health.healthy_after`, in consecutive successful probes: 2
+/// (decisions.md).
+pub const DEFAULT_HEALTHY_AFTER: u32 = 2;
+/// Upper bound for `health.unhealthy_after` and `health.healthy_after`, in
+/// probes: at the default interval, 100 probes are already 17 minutes.
+pub const MAX_HEALTH_THRESHOLD: u32 = 100;
+/// Default for `breaker.enabled`.
+pub const DEFAULT_BREAKER_ENABLED: bool = true;
+/// Default for `breaker.failure_threshold`, in consecutive failed requests:
+/// 5 (decisions.md).
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
+/// Upper bound for `breaker.failure_threshold`, in requests: a breaker that
+/// needs more than 1000 failures in a row never opens in practice.
+pub const MAX_FAILURE_THRESHOLD: u32 = 1_000;
+/// Default for `breaker.open_secs`, in seconds: 30 (decisions.md).
+pub const DEFAULT_OPEN_SECS: u64 = 30;
+/// Upper bound for `breaker.open_secs`, in seconds: one hour; catches the
+/// default written in milliseconds (30000).
+pub const MAX_OPEN_SECS: u64 = 3_600;
+/// Default for `parking.base_secs`, in seconds: 5 (decisions.md).
+pub const DEFAULT_PARKING_BASE_SECS: u64 = 5;
+/// Upper bound for `parking.base_secs`, in seconds: one hour; catches the
+/// default written in milliseconds (5000).
+pub const MAX_PARKING_BASE_SECS: u64 = 3_600;
+/// Default for `parking.max_secs`, in seconds: 300 (decisions.md).
+pub const DEFAULT_PARKING_MAX_SECS: u64 = 300;
+/// Upper bound for `parking.max_secs`, in seconds: one day, the longest
+/// `Retry-After` worth honouring (a daily quota); catches the default
+/// written in milliseconds (300000).
+pub const MAX_PARKING_MAX_SECS: u64 = 86_400;
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -92,12 +136,19 @@ pub struct ConfigFile {
     #[serde(default)]
     pub adaptive_routing: AdaptiveRoutingTable,
 
-    /// `[health]`: not implemented in this version; rejected by validation.
-    pub health: Option<toml::Value>,
-    /// `[breaker]`: not implemented in this version; rejected by validation.
-    pub breaker: Option<toml::Value>,
-    /// `[parking]`: not implemented in this version; rejected by validation.
-    pub parking: Option<toml::Value>,
+    /// `[health]`: active probes of every provider. Default: every field's
+    /// default (probing on).
+    #[serde(default)]
+    pub health: HealthTable,
+    /// `[breaker]`: the per-target circuit breaker. Default: every field's
+    /// default (on).
+    #[serde(default)]
+    pub breaker: BreakerTable,
+    /// `[parking]`: how long a failing target sits out. Default: every
+    /// field's default.
+    #[serde(default)]
+    pub parking: ParkingTable,
+
     /// `[control_plane]`: not implemented in this version; rejected by
     /// validation.
     pub control_plane: Option<toml::Value>,
@@ -333,4 +384,53 @@ pub struct TimeoutsTable {
     /// Longest gap between two reads of a streaming response, in seconds.
     /// Default: 300; must be > 0.
     pub idle_secs: Option<u64>,
+}
+
+/// `[health]`: an active probe per provider, `GET` of its `health_path`.
+/// A provider not yet probed counts as healthy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthTable {
+    /// Whether providers are probed; off, every provider counts as healthy.
+    /// Default: true.
+    pub enabled: Option<bool>,
+    /// Time between two probes of one provider, in seconds. Default: 10;
+    /// 1 to 3600.
+    pub interval_secs: Option<u64>,
+    /// Time a probe may take before it counts as failed, in seconds.
+    /// Default: 2; at least 1 and less than `interval_secs`.
+    pub timeout_secs: Option<u64>,
+    /// Consecutive failed probes that mark a provider down. Default: 3;
+    /// 1 to 100.
+    pub unhealthy_after: Option<u64>,
+    /// Consecutive successful probes that mark a down provider up again.
+    /// Default: 2; 1 to 100.
+    pub healthy_after: Option<u64>,
+}
+
+/// `[breaker]`: a circuit breaker per target, fed by real requests.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerTable {
+    /// Whether breakers open at all. Default: true.
+    pub enabled: Option<bool>,
+    /// Consecutive failed requests that open a target's breaker.
+    /// Default: 5; 1 to 1000.
+    pub failure_threshold: Option<u64>,
+    /// How long an open breaker refuses requests before it admits one probe
+    /// request (half-open), in seconds. Default: 30; 1 to 3600.
+    pub open_secs: Option<u64>,
+}
+
+/// `[parking]`: a target that answered 429, 408 or 5xx, or failed to
+/// connect, sits out for a while.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParkingTable {
+    /// How long a target is parked when it sent no `Retry-After`, in
+    /// seconds. Default: 5; 1 to 3600.
+    pub base_secs: Option<u64>,
+    /// The longest a target is parked, whatever its `Retry-After` says, in
+    /// seconds. Default: 300; at least `base_secs`, at most 86400.
+    pub max_secs: Option<u64>,
 }

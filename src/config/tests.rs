@@ -10,6 +10,7 @@ use super::*;
 mod adaptive;
 mod catalog;
 mod contract;
+mod eligibility;
 mod groups;
 mod keys;
 mod providers;
@@ -123,6 +124,9 @@ fn empty_file_gets_every_default() {
             idle: Duration::from_secs(300),
         }
     );
+    assert_eq!(config.health, Health::default());
+    assert_eq!(config.breaker, Breaker::default());
+    assert_eq!(config.parking, Parking::default());
 }
 
 #[test]

@@ -12,12 +12,14 @@
 //! make validation fail.
 //!
 //! One file per part of the file: `providers.rs`, `groups.rs` (provider
-//! groups), `routes.rs`, `keys.rs` (API keys and admin tokens), `catalog.rs`
-//! and `adaptive.rs`; `[server]`, `[retry]` and `[timeouts]` and the shared
+//! groups), `routes.rs`, `keys.rs` (API keys and admin tokens), `catalog.rs`,
+//! `adaptive.rs` and `eligibility.rs` (`[health]`, `[breaker]` and
+//! `[parking]`); `[server]`, `[retry]` and `[timeouts]` and the shared
 //! reporting helpers are here.
 
 mod adaptive;
 mod catalog;
+mod eligibility;
 mod groups;
 mod keys;
 mod providers;
@@ -67,14 +69,10 @@ pub(super) fn validate(
     let adaptive_routing = v.adaptive_routing(file.adaptive_routing);
     let retry = v.retry(file.retry);
     let timeouts = v.timeouts(file.timeouts);
-    for (field, value) in [
-        ("health", &file.health),
-        ("breaker", &file.breaker),
-        ("parking", &file.parking),
-        ("control_plane", &file.control_plane),
-    ] {
-        v.not_implemented(field, field, value);
-    }
+    let health = v.health(file.health);
+    let breaker = v.breaker(file.breaker);
+    let parking = v.parking(file.parking);
+    v.not_implemented("control_plane", "control_plane", &file.control_plane);
 
     if !v.errors.is_empty() {
         // File order; errors without a line (none expected) first.
@@ -97,6 +95,9 @@ pub(super) fn validate(
         admin_tokens,
         retry,
         timeouts,
+        health,
+        breaker,
+        parking,
         warnings: v.warnings,
     })
 }

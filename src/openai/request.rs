@@ -69,7 +69,9 @@ impl RequestError {
 /// The top-level fields routing looks at; everything else is skipped unparsed.
 #[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(borrow)]
+    /// Present (even as `null`) or absent: `null` is a `model` of the wrong
+    /// type, not a missing one.
+    #[serde(borrow, default, deserialize_with = "present")]
     model: Option<&'a RawValue>,
     #[serde(borrow)]
     stream: Option<&'a RawValue>,
@@ -99,6 +101,13 @@ struct Part<'a> {
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
     text: Option<Cow<'a, str>>,
+}
+
+fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, RequestError> {

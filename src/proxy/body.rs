@@ -6,14 +6,54 @@
 //! `patches/README.md`), where the gateway hands over [`attempt_body`].
 
 use std::ops::Range;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
 
-/// Reads the whole request body, refusing more than `limit` bytes.
+/// Longest wait for the next piece of a request body.
+pub const CLIENT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest time to receive a whole request body (32 MiB at ~300 KB/s): a
+/// client that trickles its body (slowloris) is cut off here.
+pub const CLIENT_BODY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Checks the request's `Content-Type`: JSON, or none at all.
+pub fn check_content_type(session: &Session) -> Result<(), GatewayError> {
+    let Some(value) = session.req_header().headers.get(http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let media_type = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if media_type == "application/json" || media_type.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(GatewayError::UnsupportedMediaType {
+            content_type: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+        })
+    }
+}
+
+/// Reads the whole request body, refusing more than `limit` bytes and
+/// clients slower than [`CLIENT_BODY_READ_TIMEOUT`] / [`CLIENT_BODY_DEADLINE`].
 pub async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
+    session.set_read_timeout(Some(CLIENT_BODY_READ_TIMEOUT));
+    match tokio::time::timeout(CLIENT_BODY_DEADLINE, read_whole_body(session, limit)).await {
+        Ok(result) => result,
+        Err(_) => Err(GatewayError::BodyTimeout {
+            after: CLIENT_BODY_DEADLINE,
+        }),
+    }
+}
+
+async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
     let declared = session
         .req_header()
         .headers
@@ -40,6 +80,11 @@ pub async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Gat
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(body.freeze()),
+            Err(e) if e.etype() == &pingora::ErrorType::ReadTimedout => {
+                return Err(GatewayError::BodyTimeout {
+                    after: CLIENT_BODY_READ_TIMEOUT,
+                })
+            }
             Err(e) => return Err(GatewayError::BodyRead(e.to_string())),
         }
     }

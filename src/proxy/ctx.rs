@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use rolter_balancer::RouteContext;
 
+use super::outcome::BreakerTicket;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
@@ -41,6 +42,8 @@ pub struct RequestCtx {
     pub attempts: u32,
     /// Set once the response header went to the client: no retry after that.
     pub response_started: bool,
+    /// The client went away before the response ended.
+    pub client_cancelled: bool,
     /// An error the gateway answers itself, rendered by `fail_to_proxy`.
     pub error: Option<GatewayError>,
     /// The last failed attempt, for the final error message.
@@ -55,6 +58,8 @@ pub struct Attempt {
     /// In-flight requests at the target when this attempt joined its queue.
     pub queue_depth: u64,
     pub in_flight: Option<InFlightGuard>,
+    /// The breaker's admission (a half-open probe is released if unsettled).
+    pub breaker: Option<BreakerTicket>,
     /// The body for this attempt's target (model rewritten).
     pub body: Bytes,
     pub status: Option<u16>,
@@ -82,13 +87,26 @@ impl RequestCtx {
         Some((route, target))
     }
 
-    /// Whether target `index` of the route may take the next attempt.
+    /// Whether target `index` of the route may take the next attempt: not
+    /// tried yet, allowed to the caller's key, its provider healthy, not
+    /// parked, its breaker not open (load-balancing.md's eligibility rule).
+    /// Reads only; `now_ms` is the clock of the current pick.
     pub fn is_eligible(&self, route: &Route, index: usize) -> bool {
+        let target = &route.targets[index];
+        let Some(snapshot) = self.snapshot.as_deref() else {
+            return false;
+        };
         !self.tried.contains(index)
             && self
                 .caller
                 .as_ref()
-                .is_none_or(|c| c.may_use_provider(&route.targets[index].id.provider))
+                .is_none_or(|c| c.may_use_provider(&target.id.provider))
+            && target.provider.health.is_healthy()
+            && !target.stats.parking.is_parked(self.now_ms)
+            && target
+                .stats
+                .breaker
+                .admits(self.now_ms, &snapshot.limits.breaker)
     }
 
     /// Whether a failed attempt may be retried on another target.

@@ -4,8 +4,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use http::HeaderValue;
 
+use std::sync::Arc;
+
 use super::BuildError;
 use crate::config;
+use crate::health::ProviderHealth;
 
 /// Where and how to reach one provider.
 #[derive(Debug)]
@@ -24,11 +27,19 @@ pub struct Provider {
     pub base_url: String,
     /// LoRA adapters the engine holds at once.
     pub max_loras: usize,
+    /// Probe path of the active health check.
+    pub health_path: String,
+    /// Shared with every snapshot (see `health.rs`).
+    pub health: Arc<ProviderHealth>,
 }
 
 /// Resolves the provider's address (blocking DNS: snapshots are built off
 /// the request path) and prepares its headers.
-pub fn resolve(source: &str, provider: &config::Provider) -> Result<Provider, BuildError> {
+pub fn resolve(
+    source: &str,
+    provider: &config::Provider,
+    health: Arc<ProviderHealth>,
+) -> Result<Provider, BuildError> {
     let base = &provider.base_url;
     let resolve_error = |reason: String| BuildError::Resolve {
         source_file: source.to_string(),
@@ -65,5 +76,7 @@ pub fn resolve(source: &str, provider: &config::Provider) -> Result<Provider, Bu
         }),
         base_url: base.to_string(),
         max_loras: provider.max_loras,
+        health_path: provider.health_path.clone(),
+        health,
     })
 }

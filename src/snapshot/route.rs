@@ -51,9 +51,9 @@ impl Target {
             .to_string();
         let mut peer = HttpPeer::new(provider.addr, provider.tls, sni);
         peer.options.connection_timeout = Some(timeouts.connect);
-        // Pingora applies one read timeout to every upstream read, headers
-        // included; the longer of the two bounds keeps a slow prefill alive.
-        peer.options.read_timeout = Some(timeouts.first_byte.max(timeouts.idle));
+        // Bounds each read until the response header arrives; the proxy
+        // switches to `idle` for the body (`upstream_body_read_timeout`).
+        peer.options.read_timeout = Some(timeouts.first_byte);
         peer.options.idle_timeout = Some(UPSTREAM_IDLE_TIMEOUT);
         let model_json = serde_json::to_vec(model).unwrap_or_default();
         Target {

@@ -105,12 +105,22 @@ pub struct FakeEngine {
 }
 
 impl FakeEngine {
+    /// An engine on a free loopback port.
     pub fn start(name: &str, extra: &[&str]) -> FakeEngine {
+        let args: Vec<&str> = ["--listen", "127.0.0.1:0"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        Self::start_with(name, &args)
+    }
+
+    /// An engine with exactly these arguments (which must include `--listen`).
+    pub fn start_with(name: &str, args: &[&str]) -> FakeEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("engine.log");
         let mut child = Command::new(ROLTER)
-            .args(["fake-llm", "--listen", "127.0.0.1:0", "--name", name])
-            .args(extra)
+            .args(["fake-llm", "--name", name])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -157,6 +167,13 @@ impl FakeEngine {
             .await
             .expect("fake control");
         assert!(response.status().is_success());
+    }
+
+    /// Chat completions the engine received (health probes excluded).
+    pub async fn chat_requests(&self) -> u64 {
+        self.stats().await["by_path"]["/v1/chat/completions"]
+            .as_u64()
+            .expect("by_path counts")
     }
 
     pub async fn stats(&self) -> serde_json::Value {

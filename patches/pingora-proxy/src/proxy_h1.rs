@@ -143,6 +143,8 @@ where
         let (tx_downstream, rx_downstream) = mpsc::channel::<HttpTask>(TASK_BUFFER_SIZE);
 
         session.as_mut().enable_retry_buffering();
+        // rolter patch: see `ProxyHttp::upstream_body_read_timeout`.
+        let body_read_timeout = self.inner.upstream_body_read_timeout(ctx);
 
         // Shared signal so the upstream half can distinguish an expected task-pipe
         // closure (the downstream half finished and dropped rx) from an unexpected one.
@@ -159,7 +161,13 @@ where
                 &mut downstream_custom_message_reader,
                 pipe_state.clone(),
             ),
-            self.proxy_handle_upstream(client_session, tx_upstream, rx_downstream, pipe_state),
+            self.proxy_handle_upstream(
+                client_session,
+                tx_upstream,
+                rx_downstream,
+                pipe_state,
+                body_read_timeout
+            ),
         );
 
         if let Some(custom_session) = session.downstream_session.as_custom_mut() {
@@ -251,6 +259,7 @@ where
         tx: mpsc::Sender<HttpTask>,
         mut rx: mpsc::Receiver<HttpTask>,
         pipe_state: Arc<AtomicU8>,
+        body_read_timeout: Option<Duration>,
     ) -> Result<bool>
     where
         SV: ProxyHttp + Send + Sync,
@@ -269,6 +278,9 @@ where
                     match res {
                         Ok(task) => {
                             response_done = task.is_end();
+                            if body_read_timeout.is_some() && matches!(task, HttpTask::Header(..)) {
+                                client_session.read_timeout = body_read_timeout;
+                            }
                             if !upgraded && client_session.was_upgraded() {
                                 // upgrade can only happen once
                                 upgraded = true;

@@ -364,6 +364,14 @@ pub trait ProxyHttp {
         Ok(())
     }
 
+    /// rolter patch: the read timeout for an HTTP/1.x upstream's response body,
+    /// applied once its response header arrived; until then the peer's
+    /// `read_timeout` bounds the wait for the header. `None` keeps the peer's
+    /// `read_timeout` for the whole response.
+    fn upstream_body_read_timeout(&self, _ctx: &Self::CTX) -> Option<Duration> {
+        None
+    }
+
     /// Modify the response header from the upstream
     ///
     /// The modification is before caching, so any change here will be stored in the cache if enabled.

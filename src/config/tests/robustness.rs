@@ -87,6 +87,15 @@ const TOKENS: &[&str] = &[
     "max_loras",
     "-0.5",
     "\"round_robin\"",
+    "breaker",
+    "parking",
+    "interval_secs",
+    "timeout_secs",
+    "healthy_after",
+    "failure_threshold",
+    "base_secs",
+    "max_secs",
+    "3600",
 ];
 
 fn check_never_panics(text: &str) {
@@ -150,6 +159,18 @@ fn check_never_panics(text: &str) {
                 !policy.enabled
                     || policy.latency_weight + policy.cost_weight + policy.load_weight > 0.0
             );
+            let health = &config.health;
+            assert!(health.timeout >= Duration::from_secs(1) && health.timeout < health.interval);
+            assert!(health.interval <= Duration::from_secs(3600), "{health:?}");
+            for count in [health.unhealthy_after, health.healthy_after] {
+                assert!((1..=100).contains(&count), "{health:?}");
+            }
+            let breaker = &config.breaker;
+            assert!((1..=1000).contains(&breaker.failure_threshold));
+            assert!((1..=3600).contains(&breaker.open.as_secs()), "{breaker:?}");
+            let parking = &config.parking;
+            assert!(parking.base >= Duration::from_secs(1) && parking.base <= parking.max);
+            assert!(parking.max <= Duration::from_secs(86_400), "{parking:?}");
         }
     }
 }

@@ -1,0 +1,169 @@
+//! How an attempt at a target ended, and what the gateway learns from it:
+//! counters, the circuit breaker, parking, metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::ctx::RequestCtx;
+use crate::metrics::{FailureReason, Metrics};
+use crate::tracker::{Admission, BreakerPolicy, TargetStats, Transition};
+
+/// Why an attempt failed.
+#[derive(Debug)]
+pub enum Failure {
+    Connect(String),
+    /// A 5xx, 429 or 408 answer, with the `Retry-After` it carried.
+    Status {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    FirstByteTimeout,
+    IdleTimeout,
+    Stream(String),
+}
+
+impl Failure {
+    pub fn reason(&self) -> FailureReason {
+        match self {
+            Failure::Connect(_) => FailureReason::Connect,
+            Failure::Status { .. } => FailureReason::Status,
+            Failure::FirstByteTimeout => FailureReason::FirstByteTimeout,
+            Failure::IdleTimeout => FailureReason::IdleTimeout,
+            Failure::Stream(_) => FailureReason::Stream,
+        }
+    }
+
+    /// Whether the engine is failing (the breaker counts it) rather than
+    /// answering "busy" (429) or "too slow a client" (408).
+    fn counts_for_breaker(&self) -> bool {
+        !matches!(
+            self,
+            Failure::Status {
+                status: 429 | 408,
+                ..
+            }
+        )
+    }
+
+    /// Whether the target is parked, and for how long it asked.
+    fn parks(&self) -> Option<Option<Duration>> {
+        match self {
+            Failure::Connect(_) => Some(None),
+            Failure::Status { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Failure::Connect(e) => format!("connect failed: {e}"),
+            Failure::Status { status, .. } => format!("answered {status}"),
+            Failure::FirstByteTimeout => "no response header in time".to_string(),
+            Failure::IdleTimeout => "the response stalled".to_string(),
+            Failure::Stream(e) => format!("connection broke: {e}"),
+        }
+    }
+}
+
+/// The breaker admission of one attempt. A half-open probe that ends
+/// without a verdict (the client left) frees the probe slot when dropped.
+#[derive(Debug)]
+pub struct BreakerTicket {
+    stats: Arc<TargetStats>,
+    admission: Admission,
+    settled: bool,
+}
+
+impl BreakerTicket {
+    pub fn new(stats: Arc<TargetStats>, admission: Admission) -> Self {
+        Self {
+            stats,
+            admission,
+            settled: false,
+        }
+    }
+
+    fn success(&mut self) -> Option<Transition> {
+        if std::mem::replace(&mut self.settled, true) {
+            return None;
+        }
+        self.stats.breaker.record_success(self.admission)
+    }
+
+    fn failure(&mut self, now_ms: u64, policy: &BreakerPolicy) -> Option<Transition> {
+        if std::mem::replace(&mut self.settled, true) {
+            return None;
+        }
+        self.stats
+            .breaker
+            .record_failure(self.admission, now_ms, policy)
+    }
+}
+
+impl Drop for BreakerTicket {
+    fn drop(&mut self) {
+        if !self.settled && self.admission == Admission::Probe {
+            self.stats.breaker.release_probe();
+        }
+    }
+}
+
+/// Records a failed attempt against its target.
+pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure) {
+    let now = crate::clock::now_ms();
+    let Some((_, target)) = ctx.current_target() else {
+        return;
+    };
+    let Some(limits) = ctx.snapshot.as_ref().map(|s| s.limits.clone()) else {
+        return;
+    };
+    let label = target.label.clone();
+    let stats = Arc::clone(&target.stats);
+
+    stats.record_failure();
+    metrics.record_upstream_failure(&label, failure.reason());
+    match failure {
+        Failure::FirstByteTimeout => metrics.record_timeout(&label, "first_byte"),
+        Failure::IdleTimeout => metrics.record_timeout(&label, "idle"),
+        _ => {}
+    }
+    if let Some(retry_after) = failure.parks() {
+        let until = stats
+            .parking
+            .park(now, limits.parking.duration_ms(retry_after));
+        log::info!(
+            "{label} parked for {} ms: {}",
+            until.saturating_sub(now),
+            failure.describe()
+        );
+    }
+    if let Some(ticket) = ctx.attempt.breaker.as_mut() {
+        let transition = if failure.counts_for_breaker() {
+            ticket.failure(now, &limits.breaker)
+        } else {
+            ticket.success()
+        };
+        report_transition(metrics, &label, transition);
+    }
+    ctx.last_failure = Some(format!("{label}: {}", failure.describe()));
+}
+
+/// Records that the target answered (any status the breaker does not count).
+pub fn attempt_succeeded(ctx: &mut RequestCtx, metrics: &Metrics) {
+    let Some(label) = ctx.current_target().map(|(_, t)| t.label.clone()) else {
+        return;
+    };
+    if let Some(ticket) = ctx.attempt.breaker.as_mut() {
+        report_transition(metrics, &label, ticket.success());
+    }
+}
+
+fn report_transition(metrics: &Metrics, label: &str, transition: Option<Transition>) {
+    if let Some(transition) = transition {
+        log::warn!(
+            "circuit breaker of {label} is now {}",
+            transition.to.as_str()
+        );
+        metrics.record_breaker_transition(label, transition.to);
+    }
+}
