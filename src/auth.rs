@@ -148,6 +148,8 @@ mod tests {
             sha256: sha256(secret.as_bytes()),
             models: models.iter().map(|s| s.to_string()).collect(),
             providers: providers.iter().map(|s| s.to_string()).collect(),
+            rpm: 0,
+            max_concurrent: 0,
         }
     }
 

@@ -11,9 +11,14 @@
 //! SHA-256 digests of caller keys and admin tokens.
 //!
 //! Parts of the `rolter.toml` contract that this version does not implement
-//! (TLS listeners, the control plane, ...) parse, and then fail
-//! validation with a message that says so, so that nobody believes such a
-//! setting took effect.
+//! (`[control_plane]`, the `gateway` and `control` roles) parse, and then
+//! fail validation with a message that says so, so that nobody believes such
+//! a setting took effect.
+//!
+//! Validation touches the file system only to check that the files a
+//! configuration names (TLS certificates and keys, CA files, the access
+//! log's directory) are there: a relative path is relative to the working
+//! directory, as it will be when rolter opens it.
 //!
 //! A setting that is valid but does not do what it seems to (a weight under
 //! a strategy that ignores weights, an adaptive-routing value clamped on the
@@ -21,6 +26,8 @@
 //! check` and `serve` print.
 
 mod base_url;
+mod cidr;
+mod endpoint;
 mod error;
 pub mod file;
 mod locate;
@@ -31,10 +38,11 @@ mod validate;
 mod tests;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use base_url::{BaseUrl, BaseUrlError};
+pub use cidr::{Cidr, CidrError};
 pub use error::{ConfigError, ConfigErrors};
 pub use slug::{derive_slug, is_valid_slug};
 
@@ -92,6 +100,69 @@ pub struct Server {
     pub max_body_bytes: usize,
     /// `false`: anonymous callers may use every route.
     pub require_api_key: bool,
+    /// TLS listeners (`[[server.tls]]`); none of them shares an address with
+    /// `listen`, `admin_listen` or another TLS listener.
+    pub tls: Vec<TlsListener>,
+    /// Peers whose `X-Forwarded-For` chain is kept; empty = nobody's.
+    pub trusted_proxies: Vec<Cidr>,
+    pub access_log: AccessLog,
+    pub access_log_format: AccessLogFormat,
+    /// Longest wait for a client's complete request headers; 1 s to 1 h.
+    pub header_read_timeout: Duration,
+    /// How long an idle client connection is kept open between requests;
+    /// zero = no keep-alive (one request per connection).
+    pub keepalive_timeout: Duration,
+    /// Requests served on one client connection before it is closed;
+    /// 0 = unlimited.
+    pub keepalive_requests: u32,
+    /// Client connections open at once, across all listeners; 0 = unlimited.
+    pub max_connections: u32,
+}
+
+/// One `[[server.tls]]` listener: HTTPS, HTTP/2 offered by ALPN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListener {
+    /// A valid `SocketAddr`, kept as written.
+    pub listen: String,
+    /// Never empty; chosen by SNI, the first is the default.
+    pub certificates: Vec<Certificate>,
+}
+
+/// A certificate chain and its private key, both PEM files that existed and
+/// were readable when the configuration was validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+/// Where the access log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    Stdout,
+    Off,
+    /// Appended to; reopened on SIGUSR1. Its directory existed at
+    /// validation.
+    File(PathBuf),
+}
+
+/// How an access-log line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    Json,
+    /// NCSA combined log format, as nginx and Apache write it.
+    Combined,
+}
+
+impl AccessLogFormat {
+    /// The name used in `rolter.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessLogFormat::Json => "json",
+            AccessLogFormat::Combined => "combined",
+        }
+    }
 }
 
 /// What this process is in a deployment. Only `Standalone` validates in
@@ -131,6 +202,112 @@ pub struct Provider {
     pub health_path: String,
     /// LoRA adapters the engine holds at once (its `--max-loras`), 1..=1024.
     pub max_loras: usize,
+    /// The engine's KV-cache event stream, when it publishes one.
+    pub kv_events: Option<KvEvents>,
+    /// The LMCache occupancy signal, when there is one.
+    pub lmcache: Option<Lmcache>,
+    /// How an `https://` base URL is verified; unused for `http://`.
+    pub tls: UpstreamTls,
+}
+
+/// `[providers.kv_events]`: where a vLLM engine publishes its KV-cache
+/// events (spec/wire-formats.md). rolter connects a SUB socket to each
+/// rank's endpoint, and a DEALER to its replay endpoint to fill gaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEvents {
+    /// Rank 0's live endpoint, normalized `tcp://host:port` (lowercase
+    /// host, IPv6 in brackets); never a wildcard host.
+    pub endpoint: String,
+    /// Rank 0's replay (ROUTER) endpoint, normalized like `endpoint`.
+    pub replay_endpoint: Option<String>,
+    /// Subscription prefix; "" = every topic.
+    pub topic: String,
+    /// Tokens per KV block, the engine's `--block-size`; 1..=1024.
+    pub block_size: usize,
+    /// Data-parallel ranks, 1..=64: rank r publishes on the endpoint's port
+    /// + r, and replays on the replay port + r; every such port is <= 65535.
+    pub data_parallel_size: u16,
+}
+
+impl KvEvents {
+    /// The live endpoint of data-parallel rank `rank`
+    /// (`< data_parallel_size`).
+    pub fn endpoint_of_rank(&self, rank: u16) -> String {
+        debug_assert!(rank < self.data_parallel_size, "rank {rank}");
+        shift_port(&self.endpoint, rank)
+    }
+
+    /// The replay endpoint of data-parallel rank `rank`
+    /// (`< data_parallel_size`), when replay is configured.
+    pub fn replay_endpoint_of_rank(&self, rank: u16) -> Option<String> {
+        debug_assert!(rank < self.data_parallel_size, "rank {rank}");
+        self.replay_endpoint
+            .as_deref()
+            .map(|endpoint| shift_port(endpoint, rank))
+    }
+}
+
+/// `tcp://host:port` with the port `offset` higher. Validation guarantees
+/// the shape and that every rank's port fits.
+fn shift_port(endpoint: &str, offset: u16) -> String {
+    match endpoint.rsplit_once(':') {
+        Some((head, port)) => match port.parse::<u16>().ok().and_then(|p| p.checked_add(offset)) {
+            Some(port) => format!("{head}:{port}"),
+            None => {
+                debug_assert!(false, "{endpoint} + {offset}");
+                endpoint.to_owned()
+            }
+        },
+        None => {
+            debug_assert!(false, "{endpoint}");
+            endpoint.to_owned()
+        }
+    }
+}
+
+/// `[providers.lmcache]`: an occupancy signal polled in the background for
+/// `lmcache_aware` (spec/wire-formats.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lmcache {
+    /// `http://` or `https://` URL with a host; path and query allowed.
+    pub endpoint: String,
+    pub format: LmcacheFormat,
+    /// Between two polls; >= 1 s.
+    pub poll_interval: Duration,
+    /// A signal older than this is stale, hence neutral; > `poll_interval`.
+    pub stale_after: Duration,
+}
+
+/// What an LMCache occupancy endpoint answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LmcacheFormat {
+    /// `{"occupancy": <0..1>, "cache_available": <bool>}`.
+    Json,
+    /// Prometheus text exposition; the gauge `metric` is the occupancy in
+    /// [0, 1].
+    Prometheus {
+        /// A valid Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+        metric: String,
+    },
+}
+
+/// How rolter verifies an `https://` provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// PEM bundle of extra trusted CAs (a private CA); it existed and was
+    /// readable at validation. `None`: the system roots only.
+    pub ca_file: Option<PathBuf>,
+    /// `false`: any certificate is accepted (warned at start).
+    pub verify: bool,
+}
+
+impl Default for UpstreamTls {
+    fn default() -> Self {
+        UpstreamTls {
+            ca_file: None,
+            verify: file::DEFAULT_TLS_VERIFY,
+        }
+    }
 }
 
 impl fmt::Debug for Provider {
@@ -142,6 +319,9 @@ impl fmt::Debug for Provider {
             .field("api_key", &self.api_key.as_ref().map(|_| Redacted))
             .field("health_path", &self.health_path)
             .field("max_loras", &self.max_loras)
+            .field("kv_events", &self.kv_events)
+            .field("lmcache", &self.lmcache)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -226,6 +406,10 @@ pub struct ApiKey {
     pub models: Vec<String>,
     /// Provider slugs this key may reach; empty = all.
     pub providers: Vec<String>,
+    /// Requests per minute on each node; 0 = unlimited.
+    pub rpm: u32,
+    /// Requests in flight at once on each node; 0 = unlimited.
+    pub max_concurrent: u32,
 }
 
 impl fmt::Debug for ApiKey {
@@ -235,6 +419,8 @@ impl fmt::Debug for ApiKey {
             .field("sha256", &Hex(&self.sha256))
             .field("models", &self.models)
             .field("providers", &self.providers)
+            .field("rpm", &self.rpm)
+            .field("max_concurrent", &self.max_concurrent)
             .finish()
     }
 }

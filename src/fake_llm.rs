@@ -13,16 +13,30 @@
 //! headers — so a test can check that a gateway rewrote `model` and forwarded
 //! the body byte for byte.
 //!
+//! It simulates vLLM's prefix caching ([`kv`]): prompts are tokenized
+//! deterministically ([`tokenizer`]; the gateway's tests use [`tokenize`] and
+//! [`chat_token_ids`] to know the engine's token ids), cut into blocks of
+//! `--block-size` tokens held in an LRU of `--kv-blocks` blocks, and only
+//! uncached tokens cost prefill time (`--prefill-us-per-token`). Usage
+//! reports `prompt_tokens_details.cached_tokens`, and responses carry
+//! `x-fake-prompt-tokens` and `x-fake-cached-tokens`. With `--kv-events` the
+//! cache's changes are published as vLLM KV events over ZeroMQ (replayable
+//! with `--kv-replay`); `GET /fake/occupancy` answers the occupancy signal an
+//! LMCache-aware router polls, and `/metrics` adds the cache series.
+//!
 //! Failures are injected at start-up (`--fail-status`, `--fail-delay-ms`,
 //! `--hang`, `--reset-after-chunks`, `--retry-after`) or at run time through
-//! `POST /fake/control`; `GET /fake/stats` counts requests, including the
-//! streams a client abandoned (see [`stats`] for when a request counts as
-//! finished). `/fake/*` requests are not counted and never fail.
+//! `POST /fake/control`, which also clears or "restarts" the cache and
+//! disturbs the event stream for tests; `GET /fake/stats` counts requests,
+//! including the streams a client abandoned (see [`stats`] for when a
+//! request counts as finished), and the cache's hits and events. `/fake/*`
+//! requests are not counted and never fail.
 
 mod args;
 mod control;
 mod error;
 mod handlers;
+mod kv;
 mod listener;
 mod model;
 mod request;
@@ -30,6 +44,7 @@ mod stats;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod tokenizer;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,11 +58,15 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use args::FakeLlmArgs;
 use args::MAX_OUTPUT_TOKENS;
+pub use args::{FakeLlmArgs, KvEncoding, KvHashEncoding, DEFAULT_BLOCK_SIZE};
 use control::Mode;
 use error::ApiError;
+use kv::{BoundSockets, KvState, Publisher, PublisherTasks, ReplayFraming};
 use stats::Stats;
+pub use tokenizer::{
+    chat_text, chat_token_ids, tokenize, IM_END_ID, IM_START_ID, MAX_PIECE_CHARS, VOCAB_SIZE,
+};
 
 /// The model `/v1/models` lists when no `--model` is given.
 const ANY_MODEL_LISTED_AS: &str = "fake-model";
@@ -65,13 +84,15 @@ struct Engine {
     startup: Mode,
     mode: ArcSwap<Mode>,
     stats: Arc<Stats>,
+    /// The simulated prefix cache and its event stream.
+    kv: KvState,
     /// Makes response ids unique across engine restarts.
     id_seed: u64,
     next_id: AtomicU64,
 }
 
 impl Engine {
-    fn new(args: &FakeLlmArgs) -> Self {
+    fn new(args: &FakeLlmArgs, publisher: Option<Publisher>) -> Self {
         let name_header = HeaderValue::from_str(&args.name).ok();
         if name_header.is_none() {
             log::warn!(
@@ -91,6 +112,7 @@ impl Engine {
             mode: ArcSwap::from_pointee(startup.clone()),
             startup,
             stats: Arc::new(Stats::default()),
+            kv: KvState::new(args, publisher),
             id_seed,
             next_id: AtomicU64::new(0),
         }
@@ -121,25 +143,118 @@ impl Engine {
     }
 }
 
+/// Where a bound engine can be reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineAddresses {
+    /// The HTTP listener.
+    pub http: std::net::SocketAddr,
+    /// The KV-event PUB socket, `tcp://HOST:PORT`, with `--kv-events`.
+    pub kv_events: Option<String>,
+    /// The KV-event replay ROUTER socket, with `--kv-replay`.
+    pub kv_replay: Option<String>,
+}
+
+/// An engine whose sockets are bound (so its real addresses are known,
+/// ports 0 included) but that does not serve yet.
+pub struct BoundEngine {
+    args: FakeLlmArgs,
+    listener: TcpListener,
+    kv_sockets: Option<BoundSockets>,
+    addresses: EngineAddresses,
+}
+
+impl BoundEngine {
+    /// Binds `--listen` and, if configured, the KV-event sockets.
+    pub async fn bind(args: FakeLlmArgs) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(&args.listen).await.map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot listen on {}: {err}", args.listen),
+            )
+        })?;
+        Self::with_listener(args, listener).await
+    }
+
+    /// Uses an already bound HTTP listener and binds the KV-event sockets,
+    /// if configured.
+    pub async fn with_listener(args: FakeLlmArgs, listener: TcpListener) -> std::io::Result<Self> {
+        let http = listener.local_addr()?;
+        let kv_sockets = match &args.kv_events {
+            Some(events) => Some(BoundSockets::bind(events, args.kv_replay.as_deref()).await?),
+            None => None,
+        };
+        let addresses = EngineAddresses {
+            http,
+            kv_events: kv_sockets.as_ref().map(|s| s.live_endpoint().to_owned()),
+            kv_replay: kv_sockets
+                .as_ref()
+                .and_then(|s| s.replay_endpoint().map(str::to_owned)),
+        };
+        Ok(BoundEngine {
+            args,
+            listener,
+            kv_sockets,
+            addresses,
+        })
+    }
+
+    pub fn addresses(&self) -> &EngineAddresses {
+        &self.addresses
+    }
+
+    /// Serves until the future is dropped or the process ends. Dropping the
+    /// future also closes the connections it accepted and the KV-event
+    /// sockets.
+    pub async fn serve(self) -> std::io::Result<()> {
+        let framing = if self.args.kv_replay_legacy {
+            ReplayFraming::Legacy
+        } else {
+            ReplayFraming::WithTopic
+        };
+        // Held for as long as this future lives; dropping it stops the
+        // KV-event tasks and closes their sockets.
+        let (publisher, _publisher_tasks): (Option<Publisher>, Option<PublisherTasks>) =
+            match self.kv_sockets {
+                Some(sockets) => {
+                    let (publisher, tasks) = Publisher::start(
+                        sockets,
+                        &self.args.kv_topic,
+                        self.args.kv_replay_buffer,
+                        framing,
+                    );
+                    (Some(publisher), Some(tasks))
+                }
+                None => (None, None),
+            };
+        let engine = Arc::new(Engine::new(&self.args, publisher));
+        // Held for as long as this future lives; dropping it closes every
+        // connection (see `listener`).
+        let (_serving, closed) = watch::channel(());
+        let app = Router::new()
+            .fallback(handlers::handle)
+            .with_state(engine)
+            // Long-context bodies of several MiB must arrive whole.
+            .layer(DefaultBodyLimit::disable());
+        axum::serve(listener::ClosingListener::new(self.listener, closed), app).await
+    }
+}
+
 /// Serve on an already bound listener until the future is dropped or the
 /// process ends. Dropping the future also closes the connections it accepted.
+/// With `--kv-events`, binds the KV-event sockets first (use [`BoundEngine`]
+/// to learn the ports they got).
 pub async fn serve(args: FakeLlmArgs, listener: TcpListener) -> std::io::Result<()> {
-    let engine = Arc::new(Engine::new(&args));
-    // Held for as long as this future lives; dropping it closes every
-    // connection (see `listener`).
-    let (_serving, closed) = watch::channel(());
-    let app = Router::new()
-        .fallback(handlers::handle)
-        .with_state(engine)
-        // Long-context bodies of several MiB must arrive whole.
-        .layer(DefaultBodyLimit::disable());
-    axum::serve(listener::ClosingListener::new(listener, closed), app).await
+    BoundEngine::with_listener(args, listener)
+        .await?
+        .serve()
+        .await
 }
 
 /// Entry point for `rolter fake-llm`: builds a tokio runtime, binds
-/// `--listen`, prints exactly one line `fake-llm listening on http://<addr>` to
-/// stdout (flushed) once bound, then serves until Ctrl-C or SIGTERM. Returns
-/// the process exit code.
+/// `--listen` (and the KV-event sockets), prints exactly one line to stdout
+/// (flushed) once bound — `fake-llm listening on http://<addr>`, then
+/// ` kv-events tcp://<addr>` and ` replay tcp://<addr>` if configured — then
+/// serves until Ctrl-C or SIGTERM. Returns the process exit code.
 pub fn run(args: FakeLlmArgs) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
@@ -153,29 +268,19 @@ pub fn run(args: FakeLlmArgs) -> i32 {
         }
     };
     runtime.block_on(async move {
-        let listener = match TcpListener::bind(&args.listen).await {
-            Ok(listener) => listener,
+        let engine = match BoundEngine::bind(args).await {
+            Ok(engine) => engine,
             Err(err) => {
-                eprintln!("fake-llm: cannot listen on {}: {err}", args.listen);
+                eprintln!("fake-llm: {err}");
                 return 1;
             }
         };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(err) => {
-                eprintln!(
-                    "fake-llm: cannot read the bound address of {}: {err}",
-                    args.listen
-                );
-                return 1;
-            }
-        };
-        // Tests and scripts read the real port from this line.
-        if let Err(err) = announce(addr) {
+        // Tests and scripts read the real ports from this line.
+        if let Err(err) = announce(engine.addresses()) {
             log::warn!("fake-llm: cannot print the listening address: {err}");
         }
         tokio::select! {
-            result = serve(args, listener) => match result {
+            result = engine.serve() => match result {
                 Ok(()) => 0,
                 Err(err) => {
                     eprintln!("fake-llm: server failed: {err}");
@@ -187,9 +292,23 @@ pub fn run(args: FakeLlmArgs) -> i32 {
     })
 }
 
-fn announce(addr: std::net::SocketAddr) -> std::io::Result<()> {
+/// The first line of stdout: `fake-llm listening on http://ADDR`, followed
+/// by ` kv-events tcp://ADDR` and ` replay tcp://ADDR` when those sockets
+/// are bound.
+fn announce_line(addresses: &EngineAddresses) -> String {
+    let mut line = format!("fake-llm listening on http://{}", addresses.http);
+    if let Some(events) = &addresses.kv_events {
+        line.push_str(&format!(" kv-events {events}"));
+    }
+    if let Some(replay) = &addresses.kv_replay {
+        line.push_str(&format!(" replay {replay}"));
+    }
+    line
+}
+
+fn announce(addresses: &EngineAddresses) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "fake-llm listening on http://{addr}")?;
+    writeln!(stdout, "{}", announce_line(addresses))?;
     stdout.flush()
 }
 

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod error;
 pub mod fake_llm;
 pub mod health;
+pub mod kv_events;
 pub mod metrics;
 pub mod openai;
 pub mod proxy;

@@ -191,7 +191,10 @@ impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::default()
+        RequestCtx {
+            active: Some(self.state.begin_request()),
+            ..RequestCtx::default()
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {

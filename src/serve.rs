@@ -84,6 +84,14 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
     // With -t this exits after checking Pingora's side; with -u it takes
     // over the old instance's sockets.
     server.bootstrap();
+    // Pingora writes the pid file only when it daemonizes; a foreground
+    // gateway writes it here, so `kill -QUIT $(cat pid_file)` works either way.
+    if !server.configuration.daemon {
+        let pid_file = &server.configuration.pid_file;
+        if let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id())) {
+            log::warn!("cannot write the pid file {pid_file}: {e}");
+        }
+    }
 
     let snapshot = state.snapshot();
     let server_conf = Arc::clone(&server.configuration);

@@ -10,6 +10,11 @@
 //!   a request on a connection that is about to be closed under it.
 //! - SIGTERM also turns `/readyz` to 503: this node is going away, whereas
 //!   after SIGQUIT its successor keeps the same sockets.
+//! - Once the server stops accepting (Pingora's shutdown broadcast), the
+//!   process exits as soon as no proxy request is active. Pingora itself
+//!   would wait out the whole `grace_period_seconds` and then drop whatever
+//!   is still streaming; LLM streams run for minutes, so the grace period is
+//!   set long (the longest stream to wait for) and this ends it early.
 
 use std::sync::Arc;
 
@@ -19,6 +24,9 @@ use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::state::GatewayState;
+
+/// How often the drain checks for active requests.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct SignalService {
     state: Arc<GatewayState>,
@@ -80,9 +88,18 @@ impl BackgroundService for SignalService {
                 }
                 _ = shutdown.changed() => {
                     self.state.begin_draining();
-                    return;
+                    break;
                 }
             }
+        }
+        let active = self.state.active_requests();
+        log::info!("no longer accepting; waiting for {active} active requests");
+        loop {
+            if self.state.active_requests() == 0 {
+                log::info!("all requests finished; exiting");
+                std::process::exit(0);
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
         }
     }
 }

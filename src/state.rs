@@ -59,6 +59,18 @@ pub struct GatewayState {
     draining: AtomicBool,
     /// `/readyz` answers 503.
     shutting_down: AtomicBool,
+    /// Proxy requests between `request_filter` and the end of their response.
+    active_requests: Arc<AtomicU64>,
+}
+
+/// Counts one proxy request as active until dropped (with its context).
+#[derive(Debug)]
+pub struct ActiveRequest(Arc<AtomicU64>);
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl GatewayState {
@@ -87,6 +99,7 @@ impl GatewayState {
             reload_lock: Mutex::new(()),
             draining: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            active_requests: Arc::new(AtomicU64::new(0)),
         }))
     }
 
@@ -138,6 +151,16 @@ impl GatewayState {
                 Err(error)
             }
         }
+    }
+
+    /// Marks a proxy request active for the guard's life.
+    pub fn begin_request(&self) -> ActiveRequest {
+        self.active_requests.fetch_add(1, Ordering::AcqRel);
+        ActiveRequest(Arc::clone(&self.active_requests))
+    }
+
+    pub fn active_requests(&self) -> u64 {
+        self.active_requests.load(Ordering::Acquire)
     }
 
     pub fn begin_draining(&self) {

@@ -125,14 +125,15 @@ impl FromStr for BaseUrl {
     }
 }
 
-fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+pub(super) fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     let head = text.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &text[prefix.len()..])
 }
 
-/// Splits `host[:port]` or `[v6]:port`; checks the host.
-fn split_authority(authority: &str) -> Result<(String, Option<&str>), BaseUrlError> {
+/// Splits `host[:port]` or `[v6]:port`; checks the host. Shared with the
+/// telemetry endpoints (`endpoint.rs`).
+pub(super) fn split_authority(authority: &str) -> Result<(String, Option<&str>), BaseUrlError> {
     if let Some(inner) = authority.strip_prefix('[') {
         let Some(close) = inner.find(']') else {
             return Err(BaseUrlError::Host(authority.to_owned()));
@@ -167,7 +168,8 @@ fn split_authority(authority: &str) -> Result<(String, Option<&str>), BaseUrlErr
     Ok((host.to_ascii_lowercase(), port))
 }
 
-fn parse_port(port: &str) -> Result<u16, BaseUrlError> {
+/// A port written in a URL: digits only, 1 to 65535.
+pub(super) fn parse_port(port: &str) -> Result<u16, BaseUrlError> {
     let error = || BaseUrlError::Port(port.to_owned());
     if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return Err(error());

@@ -7,9 +7,13 @@
 //! still `Option` here, so that validation can report every missing field at
 //! once, with its path, instead of serde stopping at the first.
 //!
-//! Parts of the contract that this version does not implement yet are
-//! accepted as raw `toml::Value`s, so that they parse; validation then says
-//! they are not implemented, instead of serde calling them unknown.
+//! Parts of the contract that this version does not implement yet
+//! (`[control_plane]`) are accepted as raw `toml::Value`s, so that they
+//! parse; validation then says they are not implemented, instead of serde
+//! calling them unknown.
+//!
+//! Fields the contract does not list are extensions, marked as such; the
+//! contract allows adding fields, never renaming them.
 
 use serde::Deserialize;
 
@@ -23,6 +27,57 @@ pub const DEFAULT_ROLE: &str = "standalone";
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
 /// Default for `server.require_api_key`.
 pub const DEFAULT_REQUIRE_API_KEY: bool = true;
+/// Default for `server.access_log`.
+pub const DEFAULT_ACCESS_LOG: &str = "stdout";
+/// Default for `server.access_log_format`.
+pub const DEFAULT_ACCESS_LOG_FORMAT: &str = "json";
+/// Default for `server.header_read_timeout_secs`, in seconds: 60 (nginx's
+/// `client_header_timeout`).
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 60;
+/// Upper bound for `server.header_read_timeout_secs`, in seconds: one hour;
+/// catches the default written in milliseconds (60000).
+pub const MAX_HEADER_READ_TIMEOUT_SECS: u64 = 3_600;
+/// Default for `server.keepalive_timeout_secs`, in seconds: 60.
+pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 60;
+/// Upper bound for `server.keepalive_timeout_secs`, in seconds: one hour;
+/// catches the default written in milliseconds (60000).
+pub const MAX_KEEPALIVE_TIMEOUT_SECS: u64 = 3_600;
+/// Default for `server.keepalive_requests`: 1000 (nginx's default).
+pub const DEFAULT_KEEPALIVE_REQUESTS: u32 = 1_000;
+/// Default for `server.max_connections`: 0, unlimited.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 0;
+/// Default for `providers.tls_verify`.
+pub const DEFAULT_TLS_VERIFY: bool = true;
+/// Default for `providers.kv_events.topic`: every topic.
+pub const DEFAULT_KV_EVENTS_TOPIC: &str = "";
+/// Default for `providers.kv_events.block_size`, in tokens: vLLM's default
+/// `--block-size`.
+pub const DEFAULT_KV_BLOCK_SIZE: u64 = 16;
+/// Upper bound for `providers.kv_events.block_size`, in tokens: far above
+/// any engine's block size.
+pub const MAX_KV_BLOCK_SIZE: u64 = 1_024;
+/// Default for `providers.kv_events.data_parallel_size`: one rank.
+pub const DEFAULT_DATA_PARALLEL_SIZE: u64 = 1;
+/// Upper bound for `providers.kv_events.data_parallel_size`: one
+/// subscription per rank, and no engine runs more ranks than this.
+pub const MAX_DATA_PARALLEL_SIZE: u64 = 64;
+/// Default for `providers.lmcache.format`.
+pub const DEFAULT_LMCACHE_FORMAT: &str = "json";
+/// Default for `providers.lmcache.poll_interval_secs`, in seconds: 2.
+pub const DEFAULT_LMCACHE_POLL_INTERVAL_SECS: u64 = 2;
+/// Upper bound for `providers.lmcache.poll_interval_secs`, in seconds: one
+/// hour; an occupancy polled more rarely says nothing about the cache now.
+pub const MAX_LMCACHE_POLL_INTERVAL_SECS: u64 = 3_600;
+/// Default for `providers.lmcache.stale_after_secs`, in seconds: 10, five
+/// missed polls.
+pub const DEFAULT_LMCACHE_STALE_AFTER_SECS: u64 = 10;
+/// Upper bound for `providers.lmcache.stale_after_secs`, in seconds: one
+/// day; a signal that old says nothing about the cache.
+pub const MAX_LMCACHE_STALE_AFTER_SECS: u64 = 86_400;
+/// Default for `api_keys.rpm`: 0, unlimited.
+pub const DEFAULT_RPM: u32 = 0;
+/// Default for `api_keys.max_concurrent`: 0, unlimited.
+pub const DEFAULT_MAX_CONCURRENT: u32 = 0;
 /// Default for `providers.health_path`: every OpenAI-compatible engine
 /// answers it.
 pub const DEFAULT_HEALTH_PATH: &str = "/v1/models";
@@ -173,14 +228,54 @@ pub struct ServerTable {
     /// callers use every route. Default: true.
     pub require_api_key: Option<bool>,
 
-    /// `[[server.tls]]`: not implemented in this version.
-    pub tls: Option<toml::Value>,
-    /// CIDR list: not implemented in this version.
-    pub trusted_proxies: Option<toml::Value>,
-    /// "stdout" | "off" | path: not implemented in this version.
-    pub access_log: Option<toml::Value>,
-    /// "json" | "combined": not implemented in this version.
-    pub access_log_format: Option<toml::Value>,
+    /// `[[server.tls]]`: HTTPS listeners (rustls; HTTP/2 by ALPN).
+    /// Default: none.
+    pub tls: Option<Vec<TlsListenerTable>>,
+    /// Networks whose `X-Forwarded-For` chain is kept, each a CIDR
+    /// ("10.0.0.0/8", "fd00::/8") or a bare address (one host, /32 or
+    /// /128). Default: empty, nobody's chain is kept.
+    pub trusted_proxies: Option<Vec<String>>,
+    /// "stdout" | "off" | a file path (appended to, reopened on SIGUSR1;
+    /// its directory must exist). Default: "stdout".
+    pub access_log: Option<String>,
+    /// "json" (one object per line) | "combined" (NCSA combined).
+    /// Default: "json".
+    pub access_log_format: Option<String>,
+    /// Extension. Longest wait for a client's complete request headers, in
+    /// seconds; a slower client is disconnected. Default: 60; 1 to 3600.
+    pub header_read_timeout_secs: Option<u64>,
+    /// Extension. How long an idle client connection stays open between
+    /// requests, in seconds; 0 = no keep-alive. Default: 60; at most 3600.
+    pub keepalive_timeout_secs: Option<u64>,
+    /// Extension. Requests served on one client connection before it is
+    /// closed; 0 = unlimited. Default: 1000.
+    pub keepalive_requests: Option<u32>,
+    /// Extension. Client connections open at once, over all listeners;
+    /// 0 = unlimited. Default: 0.
+    pub max_connections: Option<u32>,
+}
+
+/// One `[[server.tls]]` entry: an HTTPS listener.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsListenerTable {
+    /// "ip:port". Required; not the address of `server.listen`,
+    /// `server.admin_listen` or another TLS listener.
+    pub listen: Option<String>,
+    /// `[{ cert_path, key_path }, ...]`, chosen by SNI; the first is the
+    /// default. Required, non-empty.
+    pub certificates: Option<Vec<CertificateEntry>>,
+}
+
+/// One entry of `server.tls.certificates`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateEntry {
+    /// PEM certificate chain, leaf first. Required; must exist and be
+    /// readable.
+    pub cert_path: Option<String>,
+    /// PEM private key of the leaf. Required; must exist and be readable.
+    pub key_path: Option<String>,
 }
 
 /// One `[[providers]]` entry: an upstream OpenAI-compatible server.
@@ -206,16 +301,61 @@ pub struct ProviderTable {
     /// adapters per target. Default: 8; 1 to 1024.
     pub max_loras: Option<u64>,
 
-    /// Private CA file for https: not implemented in this version.
-    pub ca_file: Option<toml::Value>,
-    /// Certificate verification switch: not implemented in this version.
-    pub tls_verify: Option<toml::Value>,
-    /// `[providers.kv_events]` vLLM KV-event stream: not implemented in this
-    /// version.
-    pub kv_events: Option<toml::Value>,
-    /// `[providers.lmcache]` occupancy signal: not implemented in this
-    /// version.
-    pub lmcache: Option<toml::Value>,
+    /// PEM bundle of CAs trusted for an `https://` base_url, on top of the
+    /// system roots (a private CA). Must exist and be readable. Default:
+    /// the system roots only. Warned about on an `http://` provider.
+    pub ca_file: Option<String>,
+    /// Whether an `https://` provider's certificate is verified. Default:
+    /// true; false is warned about at start.
+    pub tls_verify: Option<bool>,
+    /// `[providers.kv_events]`: the engine's vLLM KV-cache event stream.
+    /// Default: none.
+    pub kv_events: Option<KvEventsTable>,
+    /// `[providers.lmcache]`: an LMCache occupancy signal. Default: none.
+    pub lmcache: Option<LmcacheTable>,
+}
+
+/// `[providers.kv_events]`: where a vLLM engine started with
+/// `--kv-events-config` publishes (spec/wire-formats.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvEventsTable {
+    /// The publisher's endpoint as rolter connects to it,
+    /// "tcp://host:port": the engine's host, not its bind address
+    /// ("tcp://*:5557"). Required.
+    pub endpoint: Option<String>,
+    /// The replay (ROUTER) endpoint, "tcp://host:port", used to fill gaps.
+    /// Default: none, a gap clears the target's state.
+    pub replay_endpoint: Option<String>,
+    /// Subscription prefix. Default: "" (every topic).
+    pub topic: Option<String>,
+    /// Tokens per KV block; must equal the engine's `--block-size`.
+    /// Default: 16; 1 to 1024.
+    pub block_size: Option<u64>,
+    /// Extension. Data-parallel ranks of the engine: rank r publishes on the
+    /// endpoint's port + r (and replays on the replay port + r).
+    /// Default: 1; 1 to 64.
+    pub data_parallel_size: Option<u64>,
+}
+
+/// `[providers.lmcache]`: an occupancy signal polled in the background.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LmcacheTable {
+    /// "http(s)://host[:port][/path][?query]". Required.
+    pub endpoint: Option<String>,
+    /// Extension. "json" (`{"occupancy": <0..1>, "cache_available": <bool>}`)
+    /// | "prometheus" (text exposition; see `metric`). Default: "json".
+    pub format: Option<String>,
+    /// Extension. Name of the gauge whose value is the occupancy in [0, 1].
+    /// Required when `format = "prometheus"`, refused otherwise.
+    pub metric: Option<String>,
+    /// Extension. Time between two polls, in seconds. Default: 2; 1 to
+    /// 3600.
+    pub poll_interval_secs: Option<u64>,
+    /// Extension. Age after which a signal is stale (neutral), in seconds.
+    /// Default: 10; more than `poll_interval_secs`, at most 86400.
+    pub stale_after_secs: Option<u64>,
 }
 
 /// One `[[routes]]` entry: a public model name and its targets.
@@ -340,10 +480,12 @@ pub struct ApiKeyTable {
     #[serde(default)]
     pub providers: Vec<String>,
 
-    /// Requests per minute per node: not implemented in this version.
-    pub rpm: Option<toml::Value>,
-    /// In-flight requests per node: not implemented in this version.
-    pub max_concurrent: Option<toml::Value>,
+    /// Requests per minute this key may make on each node; 0 = unlimited.
+    /// Default: 0.
+    pub rpm: Option<u32>,
+    /// Requests this key may have in flight at once on each node;
+    /// 0 = unlimited. Default: 0.
+    pub max_concurrent: Option<u32>,
 }
 
 /// One `[[admin_tokens]]` entry: a caller of the admin API.

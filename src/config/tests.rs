@@ -10,12 +10,14 @@ use super::*;
 mod adaptive;
 mod catalog;
 mod contract;
+mod edge;
 mod eligibility;
 mod groups;
 mod keys;
 mod providers;
 mod robustness;
 mod routes;
+mod telemetry;
 
 const FILE: &str = "conf/rolter.toml";
 
@@ -77,6 +79,29 @@ fn field(error: &ConfigError) -> &str {
     error.field.as_deref().unwrap_or("")
 }
 
+/// A certificate, a key and a CA bundle that exist, in a directory that
+/// lives as long as this value. Validation only checks that they can be
+/// read, so their contents are placeholders.
+struct TlsFiles {
+    dir: tempfile::TempDir,
+    cert: String,
+    key: String,
+    ca: String,
+}
+
+fn tls_files() -> TlsFiles {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, contents: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.to_str().expect("temp paths are UTF-8").to_owned()
+    };
+    let cert = write("api.pem", "-----BEGIN CERTIFICATE-----\n");
+    let key = write("api.key", "-----BEGIN PRIVATE KEY-----\n");
+    let ca = write("ca.pem", "-----BEGIN CERTIFICATE-----\n");
+    TlsFiles { dir, cert, key, ca }
+}
+
 const TWO_PROVIDERS: &str = r#"
 [[providers]]
 name = "gpu-a"
@@ -105,6 +130,14 @@ fn empty_file_gets_every_default() {
             role: Role::Standalone,
             max_body_bytes: 33_554_432,
             require_api_key: true,
+            tls: vec![],
+            trusted_proxies: vec![],
+            access_log: AccessLog::Stdout,
+            access_log_format: AccessLogFormat::Json,
+            header_read_timeout: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(60),
+            keepalive_requests: 1000,
+            max_connections: 0,
         }
     );
     assert!(config.providers.is_empty() && config.routes.is_empty());
@@ -142,6 +175,15 @@ targets = [{ provider = "gpu-a" }]
     assert_eq!(provider.slug, "gpu-a");
     assert_eq!(provider.health_path, "/v1/models");
     assert_eq!(provider.api_key, None);
+    assert_eq!(provider.kv_events, None);
+    assert_eq!(provider.lmcache, None);
+    assert_eq!(
+        provider.tls,
+        UpstreamTls {
+            ca_file: None,
+            verify: true
+        }
+    );
     let route = &config.routes[0];
     assert_eq!(route.strategy, StrategyKind::RoundRobin);
     assert_eq!(

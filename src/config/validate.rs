@@ -11,21 +11,27 @@
 //! is reported the same way into a second list, the warnings, which never
 //! make validation fail.
 //!
-//! One file per part of the file: `providers.rs`, `groups.rs` (provider
-//! groups), `routes.rs`, `keys.rs` (API keys and admin tokens), `catalog.rs`,
-//! `adaptive.rs` and `eligibility.rs` (`[health]`, `[breaker]` and
-//! `[parking]`); `[server]`, `[retry]` and `[timeouts]` and the shared
-//! reporting helpers are here.
+//! One file per part of the file: `providers.rs` (upstream TLS included),
+//! `telemetry.rs` (a provider's KV-event stream and LMCache signal),
+//! `groups.rs` (provider groups), `routes.rs`, `keys.rs` (API keys and admin
+//! tokens), `catalog.rs`, `adaptive.rs`, `eligibility.rs` (`[health]`,
+//! `[breaker]` and `[parking]`) and `edge.rs` (the client-facing part of
+//! `[server]`: TLS listeners, trusted proxies, the access log); the rest of
+//! `[server]` (connection limits included), `[retry]` and `[timeouts]` and
+//! the shared reporting helpers are here.
 
 mod adaptive;
 mod catalog;
+mod edge;
 mod eligibility;
 mod groups;
 mod keys;
 mod providers;
 mod routes;
+mod telemetry;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::file::{self, ConfigFile};
@@ -159,6 +165,26 @@ impl Validator<'_> {
         }
     }
 
+    /// A file rolter reads at start (a certificate, a key, a CA bundle): it
+    /// must exist, be a file, and be readable now. Errors name the path.
+    fn readable_file(&mut self, field: &str, path: String) -> Option<PathBuf> {
+        if path.trim().is_empty() {
+            self.error(field, "must not be empty");
+            return None;
+        }
+        let path_buf = PathBuf::from(&path);
+        let problem = match std::fs::metadata(&path_buf) {
+            Err(error) => format!("cannot read {path:?}: {error}"),
+            Ok(metadata) if metadata.is_dir() => format!("{path:?} is a directory, not a file"),
+            Ok(_) => match std::fs::File::open(&path_buf) {
+                Err(error) => format!("cannot read {path:?}: {error}"),
+                Ok(_) => return Some(path_buf),
+            },
+        };
+        self.error(field, problem);
+        None
+    }
+
     /// The value of the environment variable named at `field`. Never puts the
     /// value in a message.
     fn secret(&mut self, field: &str, var: &str) -> Option<String> {
@@ -212,11 +238,14 @@ impl Validator<'_> {
         let admin_listen = table
             .admin_listen
             .unwrap_or_else(|| file::DEFAULT_ADMIN_LISTEN.to_owned());
-        match admin_listen.parse::<SocketAddr>() {
-            Err(_) => self.error(
-                "server.admin_listen",
-                format!("{admin_listen:?} is not an ip:port address (e.g. \"127.0.0.1:9090\")"),
-            ),
+        let admin_addr = match admin_listen.parse::<SocketAddr>() {
+            Err(_) => {
+                self.error(
+                    "server.admin_listen",
+                    format!("{admin_listen:?} is not an ip:port address (e.g. \"127.0.0.1:9090\")"),
+                );
+                None
+            }
             Ok(addr) => {
                 if let Some((_, i)) = bound.iter().find(|(other, _)| *other == addr) {
                     self.error(
@@ -224,8 +253,9 @@ impl Validator<'_> {
                         format!("{admin_listen:?} is also the proxy listener server.listen[{i}]"),
                     );
                 }
+                Some(addr)
             }
-        }
+        };
 
         let role_name = table.role.as_deref().unwrap_or(file::DEFAULT_ROLE);
         let role = match role_name {
@@ -262,18 +292,45 @@ impl Validator<'_> {
             0
         });
 
-        self.not_implemented("server.tls", "server.tls", &table.tls);
-        self.not_implemented(
-            "server.trusted_proxies",
-            "server.trusted_proxies",
-            &table.trusted_proxies,
-        );
-        self.not_implemented("server.access_log", "server.access_log", &table.access_log);
-        self.not_implemented(
-            "server.access_log_format",
-            "server.access_log_format",
-            &table.access_log_format,
-        );
+        // Every plain-HTTP listener a TLS listener must not overlap.
+        let mut taken: Vec<(SocketAddr, String)> = bound
+            .iter()
+            .map(|(addr, i)| (*addr, format!("server.listen[{i}]")))
+            .collect();
+        if let Some(addr) = admin_addr {
+            taken.push((addr, "server.admin_listen".to_owned()));
+        }
+        let tls = self.tls_listeners(table.tls.unwrap_or_default(), &taken);
+        let trusted_proxies = self.trusted_proxies(table.trusted_proxies.unwrap_or_default());
+        let (access_log, access_log_format) =
+            self.access_log(table.access_log, table.access_log_format);
+        let header_read_timeout = self
+            .bounded(
+                "server.header_read_timeout_secs",
+                table.header_read_timeout_secs,
+                file::DEFAULT_HEADER_READ_TIMEOUT_SECS,
+                file::MAX_HEADER_READ_TIMEOUT_SECS,
+                eligibility::Unit::Seconds,
+            )
+            .unwrap_or(file::DEFAULT_HEADER_READ_TIMEOUT_SECS);
+        let keepalive_timeout = table
+            .keepalive_timeout_secs
+            .unwrap_or(file::DEFAULT_KEEPALIVE_TIMEOUT_SECS);
+        if keepalive_timeout > file::MAX_KEEPALIVE_TIMEOUT_SECS {
+            self.error(
+                "server.keepalive_timeout_secs",
+                format!(
+                    "must be at most {} seconds (got {keepalive_timeout}); the unit is seconds, not milliseconds; 0 turns keep-alive off",
+                    file::MAX_KEEPALIVE_TIMEOUT_SECS
+                ),
+            );
+        }
+        if keepalive_timeout == 0 && table.keepalive_requests.is_some() {
+            self.warn(
+                "server.keepalive_requests",
+                "has no effect: keepalive_timeout_secs = 0 closes every connection after one request",
+            );
+        }
 
         Server {
             listen,
@@ -283,6 +340,18 @@ impl Validator<'_> {
             require_api_key: table
                 .require_api_key
                 .unwrap_or(file::DEFAULT_REQUIRE_API_KEY),
+            tls,
+            trusted_proxies,
+            access_log,
+            access_log_format,
+            header_read_timeout: Duration::from_secs(header_read_timeout),
+            keepalive_timeout: Duration::from_secs(keepalive_timeout),
+            keepalive_requests: table
+                .keepalive_requests
+                .unwrap_or(file::DEFAULT_KEEPALIVE_REQUESTS),
+            max_connections: table
+                .max_connections
+                .unwrap_or(file::DEFAULT_MAX_CONNECTIONS),
         }
     }
 

@@ -7,6 +7,32 @@ use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
 /// the process cannot survive.
 pub const MAX_OUTPUT_TOKENS: u32 = 131_072;
 
+/// Tokens per KV-cache block unless `--block-size` says otherwise (vLLM's
+/// default).
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// How KV-event batches and events are encoded (`--kv-encoding`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvEncoding {
+    /// `[ts, events, data_parallel_rank]`, events `["BlockStored", …]`.
+    #[default]
+    Array,
+    /// `{ts, events, data_parallel_rank}`, events `{"type": "BlockStored", …}`.
+    Map,
+}
+
+/// How block hashes are sent (`--kv-hash-encoding`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvHashEncoding {
+    /// Unsigned 64-bit integers.
+    #[default]
+    U64,
+    /// Negative signed 64-bit integers (the hash with its top bit set).
+    I64,
+    /// 32-byte binary strings.
+    Bytes,
+}
+
 /// Command-line options of `rolter fake-llm` (clap::Args, so the CLI can embed
 /// it as a subcommand). `Default` gives the same values as an empty command
 /// line, so code can write `FakeLlmArgs { ttft_ms: 50, ..Default::default() }`.
@@ -70,6 +96,74 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "SECS")]
     pub retry_after: Option<u64>,
 
+    /// Microseconds to prefill one prompt token that is not in the prefix
+    /// cache, added to the time to first token (so cache hits show in TTFT).
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    pub prefill_us_per_token: u64,
+
+    /// Tokens per KV-cache block (vLLM's `--block-size`): the unit of prefix
+    /// caching and of KV events. A partial last block is not cached.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_BLOCK_SIZE,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096)
+    )]
+    pub block_size: usize,
+
+    /// Capacity of the simulated prefix cache, in blocks; least recently
+    /// used blocks are evicted past it.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4096,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=(1 << 24))
+    )]
+    pub kv_blocks: usize,
+
+    /// Publish vLLM KV-cache events on a ZeroMQ PUB socket bound here,
+    /// `tcp://HOST:PORT` (`*` for every interface; port 0 picks a free port,
+    /// reported on the first line of stdout).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub kv_events: Option<String>,
+
+    /// Serve replay of the last batches on a ZeroMQ ROUTER socket bound here
+    /// (needs `--kv-events`).
+    #[arg(long, value_name = "ENDPOINT", requires = "kv_events")]
+    pub kv_replay: Option<String>,
+
+    /// Replay answers in the older vLLM framing `["", seq, payload]` instead
+    /// of `["", topic, seq, payload]`.
+    #[arg(long, requires = "kv_replay")]
+    pub kv_replay_legacy: bool,
+
+    /// Batches the replay socket keeps.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10_000,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000)
+    )]
+    pub kv_replay_buffer: usize,
+
+    /// The topic frame of every KV-event message (vLLM's default is empty).
+    #[arg(long, value_name = "TOPIC", default_value = "")]
+    pub kv_topic: String,
+
+    /// How a batch and its events are encoded: msgpack arrays (older vLLM)
+    /// or maps.
+    #[arg(long, value_name = "FORM", value_enum, default_value_t = KvEncoding::Array)]
+    pub kv_encoding: KvEncoding,
+
+    /// How block hashes are sent: unsigned 64-bit integers, negative signed
+    /// 64-bit integers, or 32-byte strings (real builds differ).
+    #[arg(long, value_name = "FORM", value_enum, default_value_t = KvHashEncoding::U64)]
+    pub kv_hash_encoding: KvHashEncoding,
+
+    /// The `data_parallel_rank` every batch carries.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    pub data_parallel_rank: u32,
+
     /// Worker threads of the runtime `run` builds.
     #[arg(
         long,
@@ -94,6 +188,17 @@ impl Default for FakeLlmArgs {
             hang: false,
             reset_after_chunks: None,
             retry_after: None,
+            prefill_us_per_token: 50,
+            block_size: DEFAULT_BLOCK_SIZE,
+            kv_blocks: 4096,
+            kv_events: None,
+            kv_replay: None,
+            kv_replay_legacy: false,
+            kv_replay_buffer: 10_000,
+            kv_topic: String::new(),
+            kv_encoding: KvEncoding::Array,
+            kv_hash_encoding: KvHashEncoding::U64,
+            data_parallel_rank: 0,
             threads: 2,
         }
     }
@@ -133,5 +238,37 @@ mod tests {
         assert!(Cli::try_parse_from(["fake-llm", "--fail-status", "99"]).is_err());
         assert!(Cli::try_parse_from(["fake-llm", "--max-tokens", "0"]).is_err());
         assert!(Cli::try_parse_from(["fake-llm", "--threads", "0"]).is_err());
+        assert!(Cli::try_parse_from(["fake-llm", "--block-size", "0"]).is_err());
+        assert!(Cli::try_parse_from(["fake-llm", "--kv-encoding", "json"]).is_err());
+    }
+
+    #[test]
+    fn kv_flags_parse_and_replay_needs_events() {
+        let parsed = Cli::try_parse_from([
+            "fake-llm",
+            "--kv-events",
+            "tcp://127.0.0.1:0",
+            "--kv-replay",
+            "tcp://127.0.0.1:0",
+            "--kv-replay-legacy",
+            "--kv-encoding",
+            "map",
+            "--kv-hash-encoding",
+            "i64",
+            "--data-parallel-rank",
+            "2",
+        ])
+        .map(|cli| cli.args)
+        .ok();
+        assert_eq!(
+            parsed.map(|a| (
+                a.kv_encoding,
+                a.kv_hash_encoding,
+                a.data_parallel_rank,
+                a.kv_replay_legacy
+            )),
+            Some((KvEncoding::Map, KvHashEncoding::I64, 2, true))
+        );
+        assert!(Cli::try_parse_from(["fake-llm", "--kv-replay", "tcp://127.0.0.1:0"]).is_err());
     }
 }

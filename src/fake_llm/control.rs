@@ -1,5 +1,6 @@
 //! The engine's run-time mode (failure injection and pacing) and the
-//! `/fake/control` patch that changes it.
+//! `/fake/control` patch that changes it, with the fields that act on the
+//! simulated KV cache instead ([`KvControl`]).
 //!
 //! The mode lives in an `ArcSwap`: a request loads one snapshot when it
 //! arrives and keeps it for its whole life, so a change never takes a lock on
@@ -26,6 +27,8 @@ pub(crate) struct Mode {
     pub(crate) ttft_ms: u64,
     /// Milliseconds between tokens.
     pub(crate) token_delay_ms: u64,
+    /// Microseconds to prefill one uncached prompt token.
+    pub(crate) prefill_us_per_token: u64,
 }
 
 impl Mode {
@@ -39,6 +42,7 @@ impl Mode {
             retry_after: args.retry_after,
             ttft_ms: args.ttft_ms,
             token_delay_ms: args.token_delay_ms,
+            prefill_us_per_token: args.prefill_us_per_token,
         }
     }
 
@@ -52,6 +56,7 @@ impl Mode {
             "retry_after": self.retry_after,
             "ttft_ms": self.ttft_ms,
             "token_delay_ms": self.token_delay_ms,
+            "prefill_us_per_token": self.prefill_us_per_token,
         })
     }
 
@@ -93,10 +98,80 @@ impl Mode {
                 "retry_after" => mode.retry_after = optional_u64(field, value)?,
                 "ttft_ms" => mode.ttft_ms = required_u64(field, value)?,
                 "token_delay_ms" => mode.token_delay_ms = required_u64(field, value)?,
+                "prefill_us_per_token" => {
+                    mode.prefill_us_per_token = required_u64(field, value)?;
+                }
                 other => return Err(format!("unknown control field `{other}`")),
             }
         }
         Ok(mode)
+    }
+}
+
+/// The `/fake/control` fields that act on the simulated KV cache rather than
+/// on the mode: one-shot actions and the KV-event and occupancy test knobs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct KvControl {
+    /// `clear_cache: true`: drop the cache (publishes `AllBlocksCleared`).
+    pub(crate) clear_cache: bool,
+    /// `kv_restart: true`: simulate an engine restart (empty cache, new hash
+    /// salt, seq back to 0, empty replay buffer).
+    pub(crate) restart: bool,
+    /// `kv_drop_next: n`: leave the next n batches out of the live stream.
+    pub(crate) drop_next: Option<u64>,
+    /// `kv_pause: bool`: stop or resume the live stream.
+    pub(crate) pause: Option<bool>,
+    /// `occupancy_override: f | null`: answer this occupancy instead of the
+    /// real one (`null` clears it). Any finite number, so tests can send
+    /// out-of-range values on purpose.
+    pub(crate) occupancy_override: Option<Option<f64>>,
+    /// `cache_available: bool`.
+    pub(crate) cache_available: Option<bool>,
+}
+
+impl KvControl {
+    /// The control fields that belong to the KV cache.
+    pub(crate) const FIELDS: [&'static str; 6] = [
+        "clear_cache",
+        "kv_restart",
+        "kv_drop_next",
+        "kv_pause",
+        "occupancy_override",
+        "cache_available",
+    ];
+
+    /// Takes this type's fields out of `patch`, leaving the mode's.
+    pub(crate) fn take_from(patch: &mut Map<String, Value>) -> Result<Self, String> {
+        let mut control = KvControl::default();
+        for field in Self::FIELDS {
+            let Some(value) = patch.remove(field) else {
+                continue;
+            };
+            let flag = || {
+                value
+                    .as_bool()
+                    .ok_or_else(|| format!("`{field}` must be a boolean"))
+            };
+            match field {
+                "clear_cache" => control.clear_cache = flag()?,
+                "kv_restart" => control.restart = flag()?,
+                "kv_drop_next" => control.drop_next = Some(required_u64(field, &value)?),
+                "kv_pause" => control.pause = Some(flag()?),
+                "occupancy_override" => {
+                    control.occupancy_override = Some(match &value {
+                        Value::Null => None,
+                        _ => Some(
+                            value
+                                .as_f64()
+                                .filter(|v| v.is_finite())
+                                .ok_or_else(|| format!("`{field}` must be a number or null"))?,
+                        ),
+                    });
+                }
+                _ => control.cache_available = Some(flag()?),
+            }
+        }
+        Ok(control)
     }
 }
 
@@ -174,6 +249,41 @@ mod tests {
                 ..Mode::default()
             }
         );
+    }
+
+    #[test]
+    fn kv_fields_are_taken_out_of_the_patch() {
+        let mut fields = patch(
+            json!({"clear_cache": true, "kv_drop_next": 2, "kv_pause": false,
+            "occupancy_override": 0.5, "cache_available": false, "ttft_ms": 3}),
+        );
+        let control = KvControl::take_from(&mut fields);
+        assert_eq!(
+            control,
+            Ok(KvControl {
+                clear_cache: true,
+                restart: false,
+                drop_next: Some(2),
+                pause: Some(false),
+                occupancy_override: Some(Some(0.5)),
+                cache_available: Some(false),
+            })
+        );
+        assert_eq!(fields.keys().collect::<Vec<_>>(), ["ttft_ms"]);
+        let cleared = KvControl::take_from(&mut patch(json!({"occupancy_override": null})));
+        assert_eq!(cleared.map(|c| c.occupancy_override), Ok(Some(None)));
+        for bad in [
+            json!({"kv_restart": 1}),
+            json!({"kv_drop_next": -1}),
+            json!({"occupancy_override": "x"}),
+        ] {
+            let field = bad
+                .as_object()
+                .and_then(|m| m.keys().next().cloned())
+                .unwrap_or_default();
+            let err = KvControl::take_from(&mut patch(bad)).err();
+            assert!(err.is_some_and(|e| e.contains(&field)), "{field}");
+        }
     }
 
     #[test]

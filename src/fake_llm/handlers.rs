@@ -18,8 +18,9 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::args::MAX_OUTPUT_TOKENS;
-use super::control::Mode;
+use super::control::{KvControl, Mode};
 use super::error::{not_routed, ApiError};
+use super::kv::Prefill;
 use super::model::{embedding, generated_text};
 use super::request::{parse_embedding, parse_generation, GenerationKind, GenerationRequest};
 use super::stats::{Endpoint, RequestGuard};
@@ -29,6 +30,10 @@ use super::Engine;
 const X_FAKE_ENGINE: HeaderName = HeaderName::from_static("x-fake-engine");
 const X_FAKE_BODY_BYTES: HeaderName = HeaderName::from_static("x-fake-body-bytes");
 const X_FAKE_BODY_SHA256: HeaderName = HeaderName::from_static("x-fake-body-sha256");
+/// Prompt tokens of a generation request, as the engine tokenized them.
+const X_FAKE_PROMPT_TOKENS: HeaderName = HeaderName::from_static("x-fake-prompt-tokens");
+/// Of those, the tokens found in the prefix cache.
+const X_FAKE_CACHED_TOKENS: HeaderName = HeaderName::from_static("x-fake-cached-tokens");
 
 /// What the engine received, echoed so tests can check what the gateway
 /// forwarded.
@@ -62,8 +67,9 @@ pub(crate) async fn handle(
     };
     let mut response = match uri.path() {
         "/fake/control" => control(&engine, &method, &body),
-        "/fake/stats" if method == Method::GET => Json(engine.stats.to_json()).into_response(),
-        "/fake/stats" => not_routed(StatusCode::METHOD_NOT_ALLOWED),
+        "/fake/stats" if method == Method::GET => Json(stats(&engine)).into_response(),
+        "/fake/occupancy" if method == Method::GET => Json(occupancy(&engine)).into_response(),
+        "/fake/stats" | "/fake/occupancy" => not_routed(StatusCode::METHOD_NOT_ALLOWED),
         path => {
             engine_request(
                 &engine,
@@ -160,7 +166,11 @@ async fn generate(
         GenerationKind::Completion => "cmpl",
     });
     let created = unix_seconds();
-    if request.stream {
+    let prefill = engine.kv.admit(&request.prompts);
+    let ttft_ms = mode
+        .ttft_ms
+        .saturating_add(prefill.prefill_ms(mode.prefill_us_per_token));
+    let mut response = if request.stream {
         let plan = StreamPlan {
             kind,
             id,
@@ -169,8 +179,9 @@ async fn generate(
             output_tokens: request.output_tokens,
             finish_reason: request.finish_reason,
             include_usage: request.include_usage,
-            prompt_tokens: request.prompt_tokens,
-            ttft_ms: mode.ttft_ms,
+            prompt_tokens: prefill.prompt_tokens,
+            cached_tokens: prefill.cached_tokens,
+            ttft_ms,
             token_delay_ms: mode.token_delay_ms,
             reset_after_chunks: mode.reset_after_chunks,
         };
@@ -179,24 +190,36 @@ async fn generate(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream; charset=utf-8"),
         );
-        return response;
-    }
-    let generation_ms = mode.ttft_ms.saturating_add(
-        mode.token_delay_ms
-            .saturating_mul(u64::from(request.output_tokens)),
+        response
+    } else {
+        let generation_ms = ttft_ms.saturating_add(
+            mode.token_delay_ms
+                .saturating_mul(u64::from(request.output_tokens)),
+        );
+        if generation_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(generation_ms)).await;
+        }
+        let answer = completion_json(engine, &request, prefill, id, created, received);
+        guard.complete();
+        Json(answer).into_response()
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        X_FAKE_PROMPT_TOKENS,
+        HeaderValue::from(prefill.prompt_tokens),
     );
-    if generation_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(generation_ms)).await;
-    }
-    let answer = completion_json(engine, &request, id, created, received);
-    guard.complete();
-    Json(answer).into_response()
+    headers.insert(
+        X_FAKE_CACHED_TOKENS,
+        HeaderValue::from(prefill.cached_tokens),
+    );
+    response
 }
 
 /// The non-streaming answer of a chat or completions request.
 fn completion_json(
     engine: &Engine,
     request: &GenerationRequest,
+    prefill: Prefill,
     id: String,
     created: u64,
     received: &Received,
@@ -232,9 +255,10 @@ fn completion_json(
         "model": request.model,
         "choices": [choice],
         "usage": {
-            "prompt_tokens": request.prompt_tokens,
-            "total_tokens": request.prompt_tokens.saturating_add(completion_tokens),
+            "prompt_tokens": prefill.prompt_tokens,
+            "total_tokens": prefill.prompt_tokens.saturating_add(completion_tokens),
             "completion_tokens": completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": prefill.cached_tokens},
         },
         "fake": received.echo(engine, &request.model),
     })
@@ -293,7 +317,11 @@ fn models(engine: &Engine) -> Value {
     json!({"object": "list", "data": data})
 }
 
-/// A few of vLLM's Prometheus series: the load signals a gateway may poll.
+/// A few of vLLM's Prometheus series: the load and cache signals a gateway
+/// may poll. `vllm:kv_cache_usage_perc` (and its old name
+/// `vllm:gpu_cache_usage_perc`) is the real share of cache blocks in use;
+/// the prefix-cache counters count tokens, as vLLM's do; `lmcache:usage_ratio`
+/// is the occupancy `/fake/occupancy` answers, override included.
 fn metrics(engine: &Engine) -> Response {
     let model = prometheus_label(
         engine
@@ -304,6 +332,9 @@ fn metrics(engine: &Engine) -> Response {
     let running = engine.stats.running();
     let completed = engine.stats.completed();
     let requests = engine.stats.requests();
+    let usage = engine.kv.usage();
+    let (occupancy, _) = engine.kv.occupancy();
+    let (queried_tokens, cached_tokens) = engine.kv.token_counts();
     let text = format!(
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
          # TYPE vllm:num_requests_running gauge\n\
@@ -313,7 +344,19 @@ fn metrics(engine: &Engine) -> Response {
          vllm:num_requests_waiting{{model_name=\"{model}\"}} 0\n\
          # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
          # TYPE vllm:kv_cache_usage_perc gauge\n\
-         vllm:kv_cache_usage_perc{{model_name=\"{model}\"}} 0.0\n\
+         vllm:kv_cache_usage_perc{{model_name=\"{model}\"}} {usage:?}\n\
+         # HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n\
+         # TYPE vllm:gpu_cache_usage_perc gauge\n\
+         vllm:gpu_cache_usage_perc{{model_name=\"{model}\"}} {usage:?}\n\
+         # HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n\
+         # TYPE vllm:prefix_cache_queries_total counter\n\
+         vllm:prefix_cache_queries_total{{model_name=\"{model}\"}} {queried_tokens}\n\
+         # HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n\
+         # TYPE vllm:prefix_cache_hits_total counter\n\
+         vllm:prefix_cache_hits_total{{model_name=\"{model}\"}} {cached_tokens}\n\
+         # HELP lmcache:usage_ratio Share of the cache in use (the fake engine's occupancy signal).\n\
+         # TYPE lmcache:usage_ratio gauge\n\
+         lmcache:usage_ratio {occupancy:?}\n\
          # HELP vllm:request_success_total Count of successfully processed requests.\n\
          # TYPE vllm:request_success_total counter\n\
          vllm:request_success_total{{model_name=\"{model}\"}} {completed}\n\
@@ -337,16 +380,42 @@ fn prometheus_label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `/fake/control`: GET answers the current mode; POST applies a patch (see
-/// [`Mode::patched`]) and answers the new mode.
+/// `/fake/stats`: the request counters, plus `prefix_cache` and `kv_events`.
+fn stats(engine: &Engine) -> Value {
+    let mut doc = engine.stats.to_json();
+    let (cache, events) = engine.kv.stats_json();
+    doc["prefix_cache"] = cache;
+    doc["kv_events"] = events;
+    doc
+}
+
+/// `/fake/occupancy`: the signal the `lmcache_aware` strategy polls.
+fn occupancy(engine: &Engine) -> Value {
+    let (occupancy, cache_available) = engine.kv.occupancy();
+    json!({"occupancy": occupancy, "cache_available": cache_available})
+}
+
+/// What `/fake/control` answers: the mode and the KV test knobs.
+fn control_state(engine: &Engine, mode: &Mode) -> Value {
+    let mut state = mode.to_json();
+    if let (Value::Object(state), Value::Object(knobs)) = (&mut state, engine.kv.control_json()) {
+        state.extend(knobs);
+    }
+    state
+}
+
+/// `/fake/control`: GET answers the current mode and KV knobs; POST applies
+/// a patch (see [`Mode::patched`] and [`KvControl`]) and answers the new
+/// state. A patch with any bad field changes nothing. `"reset": true` also
+/// puts the KV knobs back (see `KvState::reset_knobs`); the cache stays.
 fn control(engine: &Engine, method: &Method, body: &[u8]) -> Response {
     if method == Method::GET {
-        return Json(engine.mode.load().to_json()).into_response();
+        return Json(control_state(engine, &engine.mode.load())).into_response();
     }
     if method != Method::POST {
         return not_routed(StatusCode::METHOD_NOT_ALLOWED);
     }
-    let patch = if body.iter().all(u8::is_ascii_whitespace) {
+    let mut patch = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
         match serde_json::from_slice::<Value>(body) {
@@ -361,6 +430,10 @@ fn control(engine: &Engine, method: &Method, body: &[u8]) -> Response {
             }
         }
     };
+    let kv = match KvControl::take_from(&mut patch) {
+        Ok(kv) => kv,
+        Err(message) => return ApiError::bad_request(None, message).into_response(),
+    };
     // Lock-free read-modify-write: `rcu` retries the closure until its result
     // is stored, so `outcome` ends up describing the value that was stored.
     let mut outcome = Err(String::new());
@@ -373,11 +446,39 @@ fn control(engine: &Engine, method: &Method, body: &[u8]) -> Response {
     });
     match outcome {
         Ok(mode) => {
-            log::info!("fake-llm {}: mode is now {:?}", engine.name, mode);
-            Json(mode.to_json()).into_response()
+            apply_kv_control(engine, &patch, &kv);
+            log::info!(
+                "fake-llm {}: mode is now {:?}, KV {:?}",
+                engine.name,
+                mode,
+                kv
+            );
+            Json(control_state(engine, &mode)).into_response()
         }
         Err(message) => ApiError::bad_request(None, message).into_response(),
     }
+}
+
+/// Applies the KV part of a control patch whose mode part was accepted.
+fn apply_kv_control(engine: &Engine, patch: &Map<String, Value>, kv: &KvControl) {
+    if patch.get("reset") == Some(&Value::Bool(true)) {
+        engine.kv.reset_knobs();
+    }
+    if kv.restart {
+        engine.kv.restart();
+    }
+    if kv.clear_cache {
+        engine.kv.clear();
+    }
+    if let Some(paused) = kv.pause {
+        engine.kv.set_paused(paused);
+    }
+    if let Some(batches) = kv.drop_next {
+        engine.kv.drop_next(batches);
+    }
+    engine
+        .kv
+        .set_occupancy(kv.occupancy_override, kv.cache_available);
 }
 
 fn unix_seconds() -> u64 {

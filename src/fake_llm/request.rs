@@ -2,14 +2,15 @@
 //! vLLM's 400s where it is not.
 //!
 //! Only what the simulation needs is read: `model`, `stream`,
-//! `stream_options.include_usage`, the output length, and the prompt text
-//! (for a `prompt_tokens` of about one token per four bytes of text, the
-//! usual rule of thumb for English and BPE tokenizers).
+//! `stream_options.include_usage`, the output length, and the prompt as token
+//! ids (see [`super::tokenizer`]): the chat template's tokens for a chat, the
+//! `prompt` for a completion.
 
 use serde_json::{Map, Value};
 
 use super::args::MAX_OUTPUT_TOKENS;
 use super::error::ApiError;
+use super::tokenizer::{chat_token_ids, prompt_token_ids, tokenize};
 
 /// Which text-generation API a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +33,9 @@ pub(crate) struct GenerationRequest {
     /// `"length"` when the request set the limit we stop at; `"stop"` when
     /// the engine default ended generation, as if the model emitted EOS.
     pub(crate) finish_reason: &'static str,
-    pub(crate) prompt_tokens: u64,
+    /// The token ids of each prompt: one for a chat, one or more for a
+    /// completion.
+    pub(crate) prompts: Vec<Vec<u32>>,
 }
 
 /// An embeddings request.
@@ -120,9 +123,13 @@ pub(crate) fn parse_generation(
         None => (default_tokens, "stop"),
         Some(value) => (output_limit(limit_field, value)?, "length"),
     };
-    let prompt_bytes = match kind {
-        GenerationKind::Chat => map.get("messages").map_or(0, message_text_bytes),
-        GenerationKind::Completion => map.get("prompt").map_or(0, prompt_bytes),
+    let prompts = match kind {
+        GenerationKind::Chat => vec![chat_token_ids(&Value::Object(map))],
+        GenerationKind::Completion => match present(&map, "prompt") {
+            None => vec![Vec::new()],
+            Some(prompt) => prompt_token_ids(prompt)
+                .map_err(|message| ApiError::bad_request(Some("prompt"), message))?,
+        },
     };
     Ok(GenerationRequest {
         kind,
@@ -131,7 +138,7 @@ pub(crate) fn parse_generation(
         include_usage,
         output_tokens,
         finish_reason,
-        prompt_tokens: tokens_for(prompt_bytes),
+        prompts,
     })
 }
 
@@ -187,10 +194,7 @@ pub(crate) fn parse_embedding(body: &[u8]) -> Result<EmbeddingRequest, ApiError>
             ))
         }
     };
-    let prompt_tokens = inputs
-        .iter()
-        .map(|input| tokens_for(prompt_bytes(input)))
-        .sum();
+    let prompt_tokens = inputs.iter().map(input_tokens).sum();
     Ok(EmbeddingRequest {
         model,
         inputs,
@@ -198,37 +202,11 @@ pub(crate) fn parse_embedding(body: &[u8]) -> Result<EmbeddingRequest, ApiError>
     })
 }
 
-/// About one token per four bytes of text, at least one.
-fn tokens_for(text_bytes: usize) -> u64 {
-    (text_bytes as u64).div_ceil(4).max(1)
-}
-
-/// Text bytes of a chat conversation: string contents and text parts.
-fn message_text_bytes(messages: &Value) -> usize {
-    let Value::Array(messages) = messages else {
-        return 0;
-    };
-    messages
-        .iter()
-        .map(|message| match message.get("content") {
-            Some(Value::String(text)) => text.len(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|part| part.get("text").and_then(Value::as_str))
-                .map(str::len)
-                .sum(),
-            _ => 0,
-        })
-        .sum()
-}
-
-/// Text bytes of a completions prompt or an embeddings input; a token id
-/// counts as four bytes so it comes back as one token.
-fn prompt_bytes(prompt: &Value) -> usize {
-    match prompt {
-        Value::String(text) => text.len(),
-        Value::Number(_) => 4,
-        Value::Array(items) => items.iter().map(prompt_bytes).sum(),
+/// Tokens of one embeddings input: a string's, or the ids given.
+fn input_tokens(input: &Value) -> u64 {
+    match input {
+        Value::String(text) => tokenize(text).len() as u64,
+        Value::Array(items) => items.len() as u64,
         _ => 0,
     }
 }
@@ -245,6 +223,7 @@ mod tests {
             "max_tokens":3,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#;
         let request = parse_generation(GenerationKind::Chat, body, 16);
         let request = request.ok();
+        let expected_prompt = chat_token_ids(&serde_json::from_slice(body).unwrap_or(Value::Null));
         assert_eq!(
             request,
             Some(GenerationRequest {
@@ -254,7 +233,7 @@ mod tests {
                 include_usage: true,
                 output_tokens: 5,
                 finish_reason: "length",
-                prompt_tokens: 3,
+                prompts: vec![expected_prompt],
             })
         );
     }
@@ -271,7 +250,7 @@ mod tests {
             request.as_ref().map(|r| (r.output_tokens, r.finish_reason)),
             Some((7, "stop"))
         );
-        assert_eq!(request.map(|r| r.prompt_tokens), Some(3));
+        assert_eq!(request.map(|r| r.prompts), Some(vec![vec![1, 2, 3]]));
     }
 
     #[test]
@@ -294,6 +273,15 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+        let err = parse_generation(
+            GenerationKind::Completion,
+            br#"{"model":"m","prompt":[-1]}"#,
+            16,
+        );
+        assert_eq!(
+            err.err().map(|e| (e.status, e.param)),
+            Some((StatusCode::BAD_REQUEST, Some("prompt")))
+        );
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub(crate) struct StreamPlan {
     pub(crate) finish_reason: &'static str,
     pub(crate) include_usage: bool,
     pub(crate) prompt_tokens: u64,
+    /// Prompt tokens found in the prefix cache.
+    pub(crate) cached_tokens: u64,
+    /// Milliseconds to the first token, prefill included.
     pub(crate) ttft_ms: u64,
     pub(crate) token_delay_ms: u64,
     pub(crate) reset_after_chunks: Option<u64>,
@@ -184,9 +187,10 @@ impl TokenStream {
             Event::Usage => {
                 let completion = u64::from(self.plan.output_tokens);
                 out.push_str(&format!(
-                    r#""choices":[],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion}}}}}"#,
+                    r#""choices":[],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion},"prompt_tokens_details":{{"cached_tokens":{}}}}}}}"#,
                     self.plan.prompt_tokens,
                     self.plan.prompt_tokens.saturating_add(completion),
+                    self.plan.cached_tokens,
                 ));
             }
             Event::Done => {}
@@ -224,6 +228,7 @@ mod tests {
             finish_reason: "length",
             include_usage,
             prompt_tokens: 4,
+            cached_tokens: 2,
             ttft_ms: 100,
             token_delay_ms: 10,
             reset_after_chunks: None,
@@ -290,6 +295,9 @@ mod tests {
                 let json: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
                 assert_eq!(json["model"], "m\"q", "{payload}");
                 assert_eq!(json["id"], "id-1");
+                if event == Event::Usage {
+                    assert_eq!(json["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+                }
             }
         }
     }

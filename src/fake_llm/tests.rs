@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use super::{serve, FakeLlmArgs};
+use super::{announce_line, serve, BoundEngine, EngineAddresses, FakeLlmArgs};
+
+mod kv_events;
 
 /// A running engine on a free loopback port.
 struct TestEngine {
@@ -19,6 +21,24 @@ struct TestEngine {
 }
 
 impl TestEngine {
+    /// An engine with its KV-event sockets (if configured) bound on the
+    /// ports its args name (use port 0), and where they are.
+    async fn start_bound(args: FakeLlmArgs) -> (Self, EngineAddresses) {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let bound = BoundEngine::with_listener(args, listener)
+            .await
+            .expect("bind KV-event sockets");
+        let addresses = bound.addresses().clone();
+        let task = tokio::spawn(bound.serve());
+        let engine = TestEngine {
+            base: format!("http://{}", addresses.http),
+            task,
+        };
+        (engine, addresses)
+    }
+
     async fn start(args: FakeLlmArgs) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -167,8 +187,12 @@ async fn chat_echoes_received_model_and_body_digest() {
     assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 tok2");
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["usage"]["completion_tokens"], 3);
-    assert_eq!(answer["usage"]["prompt_tokens"], 3);
-    assert_eq!(answer["usage"]["total_tokens"], 6);
+    // <|im_start|> user hello there <|im_end|> <|im_start|> assistant
+    let prompt: Value = serde_json::from_slice(body).expect("body");
+    assert_eq!(super::chat_token_ids(&prompt).len(), 7);
+    assert_eq!(answer["usage"]["prompt_tokens"], 7);
+    assert_eq!(answer["usage"]["total_tokens"], 10);
+    assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     assert_eq!(
         answer["fake"],
         json!({"engine": "engine-a", "received_model": "served", "body_bytes": body.len(), "body_sha256": digest})
@@ -325,7 +349,9 @@ async fn control_injects_failure_with_retry_after_and_reset_restores() {
     assert_eq!(
         mode,
         json!({"fail_status": 503, "fail_delay_ms": 0, "hang": false, "reset_after_chunks": null,
-               "retry_after": 7, "ttft_ms": 0, "token_delay_ms": 0})
+               "retry_after": 7, "ttft_ms": 0, "token_delay_ms": 0, "prefill_us_per_token": 50,
+               "kv_pause": false, "kv_drop_next": 0, "occupancy_override": null,
+               "cache_available": true})
     );
     let request = json!({"model": "m", "messages": []});
     let response = engine.post("/v1/chat/completions", &request).await;
@@ -551,7 +577,12 @@ async fn models_health_and_metrics_answer_like_vllm() {
 
 #[tokio::test]
 async fn multi_mebibyte_body_arrives_whole() {
-    let engine = TestEngine::start(FakeLlmArgs::default()).await;
+    // 300,000 tokens: no prefill time, or the client gives up.
+    let engine = TestEngine::start(FakeLlmArgs {
+        prefill_us_per_token: 0,
+        ..FakeLlmArgs::default()
+    })
+    .await;
     let long = "x".repeat(3 << 20);
     let request =
         json!({"model": "m", "messages": [{"role": "user", "content": long}], "max_tokens": 1});
@@ -565,5 +596,24 @@ async fn multi_mebibyte_body_arrives_whole() {
     assert_eq!(
         header(&response, "x-fake-body-sha256"),
         hex::encode(Sha256::digest(bytes.as_bytes()))
+    );
+}
+
+#[test]
+fn first_line_names_every_bound_socket() {
+    let mut addresses = EngineAddresses {
+        http: "127.0.0.1:8000".parse().expect("addr"),
+        kv_events: None,
+        kv_replay: None,
+    };
+    assert_eq!(
+        announce_line(&addresses),
+        "fake-llm listening on http://127.0.0.1:8000"
+    );
+    addresses.kv_events = Some("tcp://127.0.0.1:5557".into());
+    addresses.kv_replay = Some("tcp://127.0.0.1:5558".into());
+    assert_eq!(
+        announce_line(&addresses),
+        "fake-llm listening on http://127.0.0.1:8000 kv-events tcp://127.0.0.1:5557 replay tcp://127.0.0.1:5558"
     );
 }

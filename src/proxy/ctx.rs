@@ -12,11 +12,14 @@ use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
 use crate::snapshot::{Route, Snapshot, Target};
+use crate::state::ActiveRequest;
 use crate::tracker::InFlightGuard;
 
 /// What one request carries from `request_filter` to `logging`.
 #[derive(Default)]
 pub struct RequestCtx {
+    /// Holds the process open while this request is served (see `signals.rs`).
+    pub active: Option<ActiveRequest>,
     pub received: Option<Instant>,
     /// The snapshot the request was routed with, kept for its whole life.
     pub snapshot: Option<Arc<Snapshot>>,

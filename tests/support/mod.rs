@@ -142,10 +142,11 @@ impl FakeEngine {
         let line = rx
             .recv_timeout(Duration::from_secs(10))
             .expect("fake-llm did not print its address");
+        // `fake-llm listening on http://ADDR[ kv-events tcp://ADDR replay tcp://ADDR]`
         let addr = line
-            .rsplit("http://")
-            .next()
-            .and_then(|a| a.trim().parse().ok())
+            .split_once("http://")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("unexpected first line from fake-llm: {line}"));
         FakeEngine {
             addr,
@@ -191,7 +192,7 @@ impl FakeEngine {
 /// The Pingora YAML of a test gateway: its own pid file and upgrade socket.
 pub fn pingora_yaml(dir: &Path) -> String {
     format!(
-        "---\nversion: 1\nthreads: 2\npid_file: {}\nupgrade_sock: {}\ngrace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 10\n",
+        "---\nversion: 1\nthreads: 2\npid_file: {}\nupgrade_sock: {}\ngrace_period_seconds: 60\ngraceful_shutdown_timeout_seconds: 10\n",
         dir.join("rolter.pid").display(),
         dir.join("upgrade.sock").display()
     )

@@ -1,6 +1,7 @@
 //! config.md's own example: what validates today (provider groups, the
-//! catalog, the adaptive policy, health, breaker and parking included), and
-//! what says it is not implemented yet.
+//! catalog, the adaptive policy, health, breaker and parking, TLS, the
+//! access log, engine telemetry and key limits included), and what says it
+//! is not implemented yet (`[control_plane]`).
 
 use rolter_balancer::StrategyKind;
 use sha2::{Digest, Sha256};
@@ -291,88 +292,157 @@ internal_token_env = "ROLTER_INTERNAL_TOKEN"
 node_id = ""
 "#;
 
+/// The example's own TLS paths, which do not exist on a test machine.
+const EXAMPLE_CERT: &str = "/etc/rolter/tls/api.pem";
+const EXAMPLE_KEY: &str = "/etc/rolter/tls/api.key";
+const EXAMPLE_CA: &str = "/etc/ssl/private-ca.pem";
+
 #[test]
-fn contract_example_verbatim_fails_only_on_unimplemented_parts() {
+fn contract_example_verbatim_fails_only_on_its_paths_and_the_control_plane() {
+    for path in [EXAMPLE_CERT, EXAMPLE_KEY, EXAMPLE_CA] {
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} exists on this machine; this test expects it not to"
+        );
+    }
     let errors = parse(FILE, CONTRACT_EXAMPLE_VERBATIM, &env_of(EXAMPLE_ENV))
-        .expect_err("unimplemented parts must not validate")
+        .expect_err("the example's paths do not exist and [control_plane] is not implemented")
         .0;
     let text = CONTRACT_EXAMPLE_VERBATIM;
-    let expected: Vec<(&str, Option<usize>, &str)> = vec![
+    let missing =
+        |path: &str| format!("cannot read {path:?}: No such file or directory (os error 2)");
+    let not_implemented = "`control_plane` is part of the rolter.toml contract but is not implemented in this version yet".to_owned();
+    let mut expected: Vec<(&str, Option<usize>, String)> = vec![
         (
-            "server.trusted_proxies",
-            line(text, "trusted_proxies"),
-            "server.trusted_proxies",
+            "server.tls[0].certificates[0].cert_path",
+            line(text, "cert_path"),
+            missing(EXAMPLE_CERT),
         ),
         (
-            "server.access_log",
-            line(text, "access_log ="),
-            "server.access_log",
+            "server.tls[0].certificates[0].key_path",
+            line(text, "key_path"),
+            missing(EXAMPLE_KEY),
         ),
-        (
-            "server.access_log_format",
-            line(text, "access_log_format"),
-            "server.access_log_format",
-        ),
-        ("server.tls", line(text, "[[server.tls]]"), "server.tls"),
         (
             "providers[0].ca_file",
             line(text, "ca_file"),
-            "providers.ca_file",
-        ),
-        (
-            "providers[0].tls_verify",
-            line(text, "tls_verify"),
-            "providers.tls_verify",
-        ),
-        (
-            "providers[0].kv_events",
-            line(text, "[providers.kv_events]"),
-            "providers.kv_events",
-        ),
-        (
-            "providers[0].lmcache",
-            line(text, "[providers.lmcache]"),
-            "providers.lmcache",
-        ),
-        ("api_keys[0].rpm", line(text, "rpm"), "api_keys.rpm"),
-        (
-            "api_keys[0].max_concurrent",
-            line(text, "max_concurrent"),
-            "api_keys.max_concurrent",
+            missing(EXAMPLE_CA),
         ),
         (
             "control_plane",
             line(text, "[control_plane]"),
-            "control_plane",
+            not_implemented,
         ),
     ];
-    for (path, at, contract) in &expected {
-        let error = errors
-            .iter()
-            .find(|e| e.field.as_deref() == Some(*path))
-            .unwrap_or_else(|| panic!("no error for {path}: {}", ConfigErrors(errors.clone())));
-        assert_eq!(error.line, *at, "{error}");
-        assert_eq!(
-            error.message,
-            format!("`{contract}` is part of the rolter.toml contract but is not implemented in this version yet")
-        );
-    }
     // Until the balancer has cache_aware, the route refuses it too.
-    let strategy = errors.iter().find(|e| field(e) == "routes[0].strategy");
     if StrategyKind::from_name("cache_aware").is_none() {
-        assert_eq!(
-            strategy.expect("cache_aware is not available yet").message,
-            "strategy `cache_aware` is not available in this version yet"
-        );
-    } else {
-        assert!(strategy.is_none(), "{strategy:?}");
+        expected.push((
+            "routes[0].strategy",
+            line(text, "strategy = \"cache_aware\""),
+            "strategy `cache_aware` is not available in this version yet".to_owned(),
+        ));
+        expected.sort_by_key(|(_, at, _)| *at);
     }
+    let got: Vec<(&str, Option<usize>, String)> = errors
+        .iter()
+        .map(|e| (field(e), e.line, e.message.clone()))
+        .collect();
+    assert_eq!(got, expected, "{}", ConfigErrors(errors.clone()));
+}
+
+/// config.md's example with its TLS paths pointing at files that exist and
+/// without `[control_plane]`: everything else in it is implemented.
+#[test]
+fn contract_example_with_real_files_validates_every_edge_and_telemetry_field() {
+    let files = tls_files();
+    let control_plane = CONTRACT_EXAMPLE_VERBATIM
+        .find("[control_plane]")
+        .expect("the example has a control plane");
+    let text = CONTRACT_EXAMPLE_VERBATIM[..control_plane]
+        .replace(EXAMPLE_CERT, &files.cert)
+        .replace(EXAMPLE_KEY, &files.key)
+        .replace(EXAMPLE_CA, &files.ca);
+    let config = match parse(FILE, &text, &env_of(EXAMPLE_ENV)) {
+        Ok(config) => config,
+        // Only until the balancer has cache_aware (see the test above).
+        Err(errors) if StrategyKind::from_name("cache_aware").is_none() => {
+            assert_eq!(errors.0.len(), 1, "{errors}");
+            assert_eq!(field(&errors.0[0]), "routes[0].strategy");
+            return;
+        }
+        Err(errors) => panic!("{errors}"),
+    };
+
+    let server = &config.server;
     assert_eq!(
-        errors.len(),
-        expected.len() + usize::from(strategy.is_some()),
-        "{}",
-        ConfigErrors(errors.clone())
+        server.tls,
+        [TlsListener {
+            listen: "0.0.0.0:8443".into(),
+            certificates: vec![Certificate {
+                cert_path: files.cert.clone().into(),
+                key_path: files.key.clone().into(),
+            }],
+        }]
     );
-    // File order.
-    assert!(errors.windows(2).all(|w| w[0].line <= w[1].line));
+    assert!(server.trusted_proxies.is_empty());
+    assert_eq!(server.access_log, AccessLog::Stdout);
+    assert_eq!(server.access_log_format, AccessLogFormat::Json);
+
+    let gpu_a = &config.providers[0];
+    assert_eq!(
+        gpu_a.tls,
+        UpstreamTls {
+            ca_file: Some(files.ca.clone().into()),
+            verify: true,
+        }
+    );
+    assert_eq!(
+        gpu_a.kv_events,
+        Some(KvEvents {
+            endpoint: "tcp://10.0.0.11:5557".into(),
+            replay_endpoint: Some("tcp://10.0.0.11:5558".into()),
+            topic: String::new(),
+            block_size: 16,
+            data_parallel_size: 1,
+        })
+    );
+    assert_eq!(
+        gpu_a.lmcache,
+        Some(Lmcache {
+            endpoint: "http://10.0.0.11:9000/occupancy".into(),
+            format: LmcacheFormat::Json,
+            poll_interval: Duration::from_secs(2),
+            stale_after: Duration::from_secs(10),
+        })
+    );
+    assert_eq!(config.providers[1].kv_events, None);
+    assert_eq!(
+        (config.api_keys[0].rpm, config.api_keys[0].max_concurrent),
+        (0, 0)
+    );
+    assert_eq!(config.routes[0].strategy, StrategyKind::CacheAware);
+
+    // The example's gpu-a is http:// and names a CA file, and its route
+    // weighs a target under a strategy that ignores weights: said, not
+    // refused.
+    let warnings: Vec<(&str, Option<usize>, &str)> = config
+        .warnings
+        .iter()
+        .map(|w| (field(w), w.line, w.message.as_str()))
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            (
+                "providers[0].ca_file",
+                line(&text, "ca_file"),
+                "has no effect: base_url is http://; a CA file is read only for https://"
+            ),
+            (
+                "routes[0].targets[1].weight",
+                line(&text, "weight = 2 },"),
+                "strategy \"cache_aware\" ignores weights; this weight has no effect (strategies that read weights: weighted, pipeline, adaptive)"
+            ),
+        ]
+    );
 }

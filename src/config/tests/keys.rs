@@ -112,6 +112,35 @@ fn api_key_scope_on_a_failed_route_does_not_add_noise() {
 }
 
 #[test]
+fn api_key_limits_default_to_unlimited() {
+    let zeros = "0".repeat(64);
+    let ones = "1".repeat(64);
+    let text = format!(
+        "[[api_keys]]\nname = \"open\"\nkey_sha256 = \"{zeros}\"\n\n[[api_keys]]\nname = \"capped\"\nkey_sha256 = \"{ones}\"\nrpm = 600\nmax_concurrent = 4294967295\n"
+    );
+    let keys = ok(&text).api_keys;
+    assert_eq!((keys[0].rpm, keys[0].max_concurrent), (0, 0));
+    assert_eq!((keys[1].rpm, keys[1].max_concurrent), (600, u32::MAX));
+    assert!(format!("{:?}", keys[1]).contains("rpm: 600"));
+}
+
+#[test]
+fn api_key_limits_are_u32() {
+    let zeros = "0".repeat(64);
+    for (limit, bad) in [
+        ("rpm", "-1"),
+        ("max_concurrent", "4294967296"),
+        ("rpm", "1.5"),
+    ] {
+        let text =
+            format!("[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{zeros}\"\n{limit} = {bad}\n");
+        let error = only_error(&text);
+        assert_eq!(field(&error), format!("api_keys[0].{limit}"));
+        assert_eq!(error.line, Some(4));
+    }
+}
+
+#[test]
 fn admin_token_role_defaults_to_viewer_and_orders_by_privilege() {
     let text = "[[admin_tokens]]\nname = \"v\"\ntoken_env = \"V\"\n\n[[admin_tokens]]\nname = \"a\"\ntoken_env = \"A\"\nrole = \"admin\"\n";
     let config = parse(FILE, text, &env_of(&[("V", "v-token"), ("A", "a-token")])).unwrap();

@@ -96,6 +96,31 @@ const TOKENS: &[&str] = &[
     "base_secs",
     "max_secs",
     "3600",
+    "kv_events",
+    "lmcache",
+    "endpoint",
+    "replay_endpoint",
+    "\"tcp://*:1\"",
+    "\"tcp://h:65535\"",
+    "\"http://h/x?y\"",
+    "block_size",
+    "data_parallel_size",
+    "poll_interval_secs",
+    "stale_after_secs",
+    "format",
+    "\"prometheus\"",
+    "metric",
+    "trusted_proxies",
+    "\"10.0.0.7/8\"",
+    "\"::/0\"",
+    "access_log",
+    "\"off\"",
+    "tls_verify",
+    "ca_file",
+    "rpm",
+    "max_concurrent",
+    "keepalive_timeout_secs",
+    "header_read_timeout_secs",
 ];
 
 fn check_never_panics(text: &str) {
@@ -128,7 +153,25 @@ fn check_never_panics(text: &str) {
             for provider in &config.providers {
                 assert!(is_valid_slug(&provider.slug));
                 assert!((1..=1024).contains(&provider.max_loras));
+                if let Some(kv) = &provider.kv_events {
+                    assert!((1..=1024).contains(&kv.block_size), "{kv:?}");
+                    assert!((1..=64).contains(&kv.data_parallel_size), "{kv:?}");
+                    // Every rank's port fits (shift_port debug-asserts it).
+                    let last = kv.data_parallel_size - 1;
+                    assert!(kv.endpoint_of_rank(last).starts_with("tcp://"));
+                    assert!(kv
+                        .replay_endpoint_of_rank(last)
+                        .is_none_or(|e| e.starts_with("tcp://")));
+                }
+                if let Some(signal) = &provider.lmcache {
+                    assert!(signal.poll_interval >= Duration::from_secs(1));
+                    assert!(signal.stale_after > signal.poll_interval, "{signal:?}");
+                }
             }
+            let server = &config.server;
+            assert!((1..=3600).contains(&server.header_read_timeout.as_secs()));
+            assert!(server.keepalive_timeout <= Duration::from_secs(3600));
+            assert!(server.tls.iter().all(|tls| !tls.certificates.is_empty()));
             for group in &config.provider_groups {
                 assert!(is_valid_slug(&group.slug));
                 assert!(config.providers.iter().all(|p| p.slug != group.slug));

@@ -20,7 +20,7 @@ use super::Validator;
 
 /// What a bounded whole number counts, for its message.
 #[derive(Clone, Copy)]
-enum Unit {
+pub(super) enum Unit {
     Seconds,
     Count,
 }
@@ -151,8 +151,9 @@ impl Validator<'_> {
     }
 
     /// A whole number in `1..=max`, the default when not written; `None`
-    /// (and an error naming the field) when out of range.
-    fn bounded(
+    /// (and an error naming the field) when out of range. `max = u64::MAX`
+    /// leaves only the lower bound.
+    pub(super) fn bounded(
         &mut self,
         field: &str,
         written: Option<u64>,
@@ -197,7 +198,7 @@ impl Validator<'_> {
 
 /// " by default" for the other field of a pairing rule when it was not
 /// written, so that a user does not look for it in the file.
-fn by_default(written: Option<u64>) -> &'static str {
+pub(super) fn by_default(written: Option<u64>) -> &'static str {
     if written.is_none() {
         " by default"
     } else {

@@ -1,5 +1,6 @@
 //! `[[api_keys]]` and `[[admin_tokens]]`: callers, stored as SHA-256
-//! digests only.
+//! digests only. A key's `rpm` and `max_concurrent` are any `u32`, 0
+//! meaning unlimited; TOML's type check refuses the rest.
 
 use std::collections::HashMap;
 
@@ -146,13 +147,6 @@ impl Validator<'_> {
                 }
             }
 
-            self.not_implemented(&format!("{here}.rpm"), "api_keys.rpm", &table.rpm);
-            self.not_implemented(
-                &format!("{here}.max_concurrent"),
-                "api_keys.max_concurrent",
-                &table.max_concurrent,
-            );
-
             if let (Some(name), Some(sha256)) = (name, sha256) {
                 if self.errors.len() == errors_before {
                     keys.push(ApiKey {
@@ -160,6 +154,10 @@ impl Validator<'_> {
                         sha256,
                         models: table.models,
                         providers: allowed_providers,
+                        rpm: table.rpm.unwrap_or(file::DEFAULT_RPM),
+                        max_concurrent: table
+                            .max_concurrent
+                            .unwrap_or(file::DEFAULT_MAX_CONCURRENT),
                     });
                 }
             }

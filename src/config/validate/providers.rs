@@ -1,7 +1,13 @@
-//! `[[providers]]`: names, slugs, base URLs and upstream keys.
+//! `[[providers]]`: names, slugs, base URLs, upstream keys and upstream
+//! TLS; the engine telemetry tables are in `telemetry.rs`.
+//!
+//! Upstream TLS settings that cannot matter (a CA file or `tls_verify =
+//! false` on an `http://` provider, a CA file while verification is off)
+//! are warnings, and so is verification turned off on purpose, so that it
+//! shows at every start.
 
 use super::super::file;
-use super::super::{derive_slug, is_valid_slug, BaseUrl, Provider};
+use super::super::{derive_slug, is_valid_slug, BaseUrl, Provider, UpstreamTls};
 use super::Validator;
 
 /// A provider as routes and keys see it: its slug resolves even when the
@@ -158,14 +164,15 @@ impl Validator<'_> {
             // Within 1..=1024 when it is used (no error), so it fits.
             let max_loras = usize::try_from(max_loras).unwrap_or(usize::MAX);
 
-            for (field, value) in [
-                ("ca_file", &table.ca_file),
-                ("tls_verify", &table.tls_verify),
-                ("kv_events", &table.kv_events),
-                ("lmcache", &table.lmcache),
-            ] {
-                self.not_implemented(&at(field), &format!("providers.{field}"), value);
-            }
+            let tls = self.upstream_tls(
+                &here,
+                &slug,
+                base_url.as_ref(),
+                table.ca_file,
+                table.tls_verify,
+            );
+            let kv_events = self.kv_events(&here, table.kv_events);
+            let lmcache = self.lmcache(&here, table.lmcache);
 
             let valid = match (&name, base_url) {
                 (Some(name), Some(base_url)) if self.errors.len() == errors_before => {
@@ -176,6 +183,9 @@ impl Validator<'_> {
                         api_key,
                         health_path,
                         max_loras,
+                        kv_events,
+                        lmcache,
+                        tls,
                     })
                 }
                 _ => None,
@@ -183,5 +193,53 @@ impl Validator<'_> {
             entries.push(ProviderEntry { name, slug, valid });
         }
         entries
+    }
+
+    /// `ca_file` and `tls_verify` of the provider at `here`; the warnings
+    /// need its `base_url`, and are skipped when that failed.
+    fn upstream_tls(
+        &mut self,
+        here: &str,
+        slug: &str,
+        base_url: Option<&BaseUrl>,
+        ca_file: Option<String>,
+        tls_verify: Option<bool>,
+    ) -> UpstreamTls {
+        let ca_written = ca_file.is_some();
+        let ca_file = ca_file.and_then(|path| self.readable_file(&format!("{here}.ca_file"), path));
+        let verify = tls_verify.unwrap_or(file::DEFAULT_TLS_VERIFY);
+        match base_url {
+            Some(url) if !url.tls => {
+                if tls_verify == Some(false) {
+                    self.warn(
+                        format!("{here}.tls_verify"),
+                        "has no effect: base_url is http://, there is no certificate to verify",
+                    );
+                }
+                if ca_written {
+                    self.warn(
+                        format!("{here}.ca_file"),
+                        "has no effect: base_url is http://; a CA file is read only for https://",
+                    );
+                }
+            }
+            Some(url) if !verify => {
+                self.warn(
+                    format!("{here}.tls_verify"),
+                    format!(
+                        "certificate verification disabled for provider {slug:?}: rolter accepts any certificate from {}",
+                        url.authority()
+                    ),
+                );
+                if ca_written {
+                    self.warn(
+                        format!("{here}.ca_file"),
+                        "has no effect while tls_verify = false",
+                    );
+                }
+            }
+            _ => {}
+        }
+        UpstreamTls { ca_file, verify }
     }
 }

@@ -1,0 +1,232 @@
+//! Polls each provider's LMCache occupancy signal in the background.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use pingora::upstreams::peer::HttpPeer;
+
+use crate::clock;
+use crate::config::{Lmcache, LmcacheFormat};
+use crate::state::GatewayState;
+
+/// How often the poller wakes to see which polls are due.
+const TICK: Duration = Duration::from_millis(250);
+/// The most of a signal's body that is read.
+const MAX_BODY: usize = 1024 * 1024;
+
+pub struct OccupancyPoller {
+    state: Arc<GatewayState>,
+}
+
+impl OccupancyPoller {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+}
+
+/// Where one provider's signal is read from.
+struct Source {
+    peer: HttpPeer,
+    request: RequestHeader,
+    format: LmcacheFormat,
+}
+
+impl Source {
+    fn new(lmcache: &Lmcache, timeout: Duration) -> Result<Source, String> {
+        let uri: http::Uri = lmcache.endpoint.parse().map_err(|e| format!("{e}"))?;
+        let tls = uri.scheme_str() == Some("https");
+        let host = uri.host().ok_or("no host")?.to_string();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.trim_matches(['[', ']']), port))
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or("no address")?;
+        let mut peer = HttpPeer::new(addr, tls, host.trim_matches(['[', ']']).to_string());
+        peer.options.connection_timeout = Some(timeout);
+        peer.options.read_timeout = Some(timeout);
+        peer.options.write_timeout = Some(timeout);
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut request =
+            RequestHeader::build("GET", path.as_bytes(), None).map_err(|e| e.to_string())?;
+        let authority = uri.authority().map_or(host.clone(), |a| a.to_string());
+        request
+            .insert_header(http::header::HOST, authority)
+            .map_err(|e| e.to_string())?;
+        Ok(Source {
+            peer,
+            request,
+            format: lmcache.format.clone(),
+        })
+    }
+
+    /// One poll: the occupancy and whether the cache is available.
+    async fn poll(&self, connector: &Connector) -> Result<(f64, bool), String> {
+        let (mut session, _) = connector
+            .get_http_session(&self.peer)
+            .await
+            .map_err(|e| e.to_string())?;
+        session.set_read_timeout(self.peer.options.read_timeout);
+        session.set_write_timeout(self.peer.options.write_timeout);
+        session
+            .write_request_header(Box::new(self.request.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
+        session.finish_request_body().await.map_err(|e| e.to_string())?;
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = session.response_header().map_or(0, |h| h.status.as_u16());
+        if status != 200 {
+            return Err(format!("answered {status}"));
+        }
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_response_body().await.map_err(|e| e.to_string())? {
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err("signal larger than 1 MiB".to_string());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let text = std::str::from_utf8(&body).map_err(|_| "signal is not UTF-8".to_string())?;
+        match &self.format {
+            LmcacheFormat::Json => parse_json(text),
+            LmcacheFormat::Prometheus { metric } => parse_prometheus(text, metric).map(|o| (o, true)),
+        }
+    }
+}
+
+/// `{"occupancy": f, "cache_available": b}`.
+fn parse_json(text: &str) -> Result<(f64, bool), String> {
+    #[derive(serde::Deserialize)]
+    struct Signal {
+        occupancy: Option<f64>,
+        cache_available: Option<bool>,
+    }
+    let signal: Signal = serde_json::from_str(text).map_err(|e| format!("not the expected JSON: {e}"))?;
+    let occupancy = signal.occupancy.ok_or("no `occupancy` in the signal")?;
+    Ok((occupancy, signal.cache_available.unwrap_or(true)))
+}
+
+/// The value of the first sample of gauge `metric` in Prometheus text.
+fn parse_prometheus(text: &str, metric: &str) -> Result<f64, String> {
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix(metric) else {
+            continue;
+        };
+        // The name must end here: `metric 0.5` or `metric{labels} 0.5`.
+        let rest = match rest.chars().next() {
+            Some('{') => rest.split_once('}').map_or("", |(_, after)| after),
+            Some(c) if c.is_whitespace() => rest,
+            _ => continue,
+        };
+        let value = rest.split_whitespace().next().ok_or("sample without a value")?;
+        return value
+            .parse::<f64>()
+            .map_err(|_| format!("{metric} has a non-numeric value {value:?}"));
+    }
+    Err(format!("no sample of {metric}"))
+}
+
+#[async_trait]
+impl BackgroundService for OccupancyPoller {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let connector = Connector::new(None);
+        let mut sources: HashMap<String, Result<Source, String>> = HashMap::new();
+        let mut built_for = 0;
+        let mut last_poll: HashMap<String, u64> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = shutdown.changed() => return,
+            }
+            let snapshot = self.state.snapshot();
+            if built_for != snapshot.version {
+                sources = snapshot
+                    .config
+                    .providers
+                    .iter()
+                    .filter_map(|p| {
+                        let lmcache = p.lmcache.as_ref()?;
+                        let timeout = lmcache.poll_interval.min(Duration::from_secs(2));
+                        let source = Source::new(lmcache, timeout);
+                        if let Err(e) = &source {
+                            log::error!("provider {}: LMCache endpoint unusable: {e}", p.slug);
+                        }
+                        Some((p.slug.clone(), source))
+                    })
+                    .collect();
+                built_for = snapshot.version;
+            }
+            let now = clock::now_ms();
+            let due: Vec<_> = snapshot
+                .config
+                .providers
+                .iter()
+                .filter_map(|p| Some((p, p.lmcache.as_ref()?)))
+                .filter(|(p, lmcache)| {
+                    last_poll
+                        .get(&p.slug)
+                        .is_none_or(|&at| now >= at + lmcache.poll_interval.as_millis() as u64)
+                })
+                .collect();
+            if due.is_empty() {
+                continue;
+            }
+            let polls = due.iter().map(|(provider, lmcache)| {
+                let source = sources.get(&provider.slug);
+                let connector = &connector;
+                async move {
+                    let result = match source {
+                        Some(Ok(source)) => source.poll(connector).await,
+                        Some(Err(e)) => Err(e.clone()),
+                        None => Err("no source".to_string()),
+                    };
+                    (*provider, *lmcache, result)
+                }
+            });
+            for (provider, lmcache, result) in futures_util::future::join_all(polls).await {
+                let now = clock::now_ms();
+                last_poll.insert(provider.slug.clone(), now);
+                let signal = self.state.occupancy.provider(&provider.slug);
+                signal.set_stale_after(lmcache.stale_after.as_millis() as u64);
+                match result {
+                    Ok((occupancy, available)) => signal.record(occupancy, available, now),
+                    Err(e) => {
+                        signal.record_failure();
+                        log::debug!("provider {}: LMCache poll failed: {e}", provider.slug);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_signal_needs_occupancy() {
+        assert_eq!(parse_json(r#"{"occupancy":0.4,"cache_available":false}"#), Ok((0.4, false)));
+        assert_eq!(parse_json(r#"{"occupancy":0.4}"#), Ok((0.4, true)));
+        assert!(parse_json("{}").is_err());
+        assert!(parse_json("").is_err());
+    }
+
+    #[test]
+    fn prometheus_gauge_is_found_with_or_without_labels() {
+        let text = "# HELP lmcache:usage_ratio used\n# TYPE lmcache:usage_ratio gauge\nlmcache:usage_ratio_total 9\nlmcache:usage_ratio{engine=\"a\"} 0.25\n";
+        assert_eq!(parse_prometheus(text, "lmcache:usage_ratio"), Ok(0.25));
+        assert_eq!(parse_prometheus("vllm:kv 0.5\n", "vllm:kv"), Ok(0.5));
+        assert!(parse_prometheus("vllm:kv_total 0.5\n", "vllm:kv").is_err());
+        assert!(parse_prometheus("vllm:kv NaNx\n", "vllm:kv").is_err());
+    }
+}
