@@ -85,6 +85,22 @@ impl AdminApp {
         }
     }
 
+    /// Each provider's KV index and LMCache signal, for operators asking
+    /// why the cache-aware strategies choose what they choose.
+    fn engine_telemetry(&self) -> Response<Vec<u8>> {
+        let learned = &self.state.learned;
+        let occupancy: serde_json::Map<String, serde_json::Value> = learned
+            .occupancy
+            .summaries(crate::clock::now_ms())
+            .into_iter()
+            .map(|(provider, summary)| (provider, json!(summary)))
+            .collect();
+        json_response(
+            StatusCode::OK,
+            &json!({ "kv_indexes": learned.kv.summaries(), "lmcache": occupancy }),
+        )
+    }
+
     fn routes(&self) -> Response<Vec<u8>> {
         let snapshot = self.state.snapshot();
         let routes: Vec<RouteView<'_>> = snapshot
@@ -202,7 +218,7 @@ impl ServeHttp for AdminApp {
                 "text/plain; version=0.0.4",
                 self.state
                     .metrics
-                    .render(&self.state.tracker, &self.state.snapshot())
+                    .render(&self.state.learned, &self.state.snapshot())
                     .into_bytes(),
             ),
             (&Method::POST, "/admin/reload") => match self.refusal(session, AdminRole::Admin) {
@@ -217,7 +233,15 @@ impl ServeHttp for AdminApp {
                 None => strategies(),
                 Some(refusal) => refusal,
             },
-            (_, "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload") => error(
+            (&Method::GET, "/admin/kv-index") => match self.refusal(session, AdminRole::Viewer) {
+                None => self.engine_telemetry(),
+                Some(refusal) => refusal,
+            },
+            (
+                _,
+                "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload"
+                | "/admin/strategies" | "/admin/kv-index",
+            ) => error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &format!("{method} is not allowed on {path}"),
             ),

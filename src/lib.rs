@@ -12,6 +12,7 @@ pub mod error;
 pub mod fake_llm;
 pub mod health;
 pub mod kv_events;
+pub mod lmcache;
 pub mod metrics;
 pub mod openai;
 pub mod proxy;

@@ -73,7 +73,7 @@ impl Occupancy {
             return None;
         }
         let occupancy = f64::from_bits(self.occupancy_bits.load(Ordering::Relaxed));
-        (0.0..1.0).contains(&occupancy).then(|| 1.0 - occupancy)
+        (0.0..1.0).contains(&occupancy).then_some(1.0 - occupancy)
     }
 
     pub fn summary(&self, now_ms: u64) -> OccupancySummary {
@@ -87,6 +87,27 @@ impl Occupancy {
             polls: self.polls.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// The occupancy signals of one route's targets, as `lmcache_aware` reads them.
+pub struct OccupancyTargetsView {
+    /// One entry per route target; `None` where the provider has no signal.
+    targets: Vec<Option<Arc<Occupancy>>>,
+}
+
+impl OccupancyTargetsView {
+    pub fn new(targets: Vec<Option<Arc<Occupancy>>>) -> Self {
+        Self { targets }
+    }
+}
+
+impl rolter_balancer::OccupancyView for OccupancyTargetsView {
+    fn free_capacity(&self, target: usize) -> Option<f64> {
+        self.targets
+            .get(target)?
+            .as_ref()?
+            .free_capacity(crate::clock::now_ms())
     }
 }
 
@@ -105,6 +126,23 @@ impl OccupancyRegistry {
     pub fn provider(&self, slug: &str) -> Arc<Occupancy> {
         let mut providers = self.providers.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(providers.entry(slug.to_string()).or_default())
+    }
+
+    /// Every provider's reading, sorted by slug.
+    pub fn summaries(&self, now_ms: u64) -> Vec<(String, OccupancySummary)> {
+        let providers = self.providers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut summaries: Vec<_> = providers
+            .iter()
+            .map(|(slug, signal)| (slug.clone(), signal.summary(now_ms)))
+            .collect();
+        summaries.sort_by(|a, b| a.0.cmp(&b.0));
+        summaries
+    }
+
+    /// Forgets providers that are no longer configured.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut providers = self.providers.lock().unwrap_or_else(|e| e.into_inner());
+        providers.retain(|slug, _| keep(slug));
     }
 }
 

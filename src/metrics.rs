@@ -10,9 +10,14 @@ use prometheus::{
 };
 use rolter_balancer::StrategyKind;
 
+mod telemetry;
+
+use telemetry::TelemetryMetrics;
+
 use crate::health::ProbeOutcome;
 use crate::snapshot::Snapshot;
-use crate::tracker::{BreakerState, LoadTracker};
+use crate::state::Learned;
+use crate::tracker::BreakerState;
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
 /// milliseconds (embeddings, cached prefills) to minutes (long generations).
@@ -39,6 +44,7 @@ pub struct Metrics {
     retries: IntCounterVec,
     timeouts: IntCounterVec,
     client_cancels: IntCounterVec,
+    telemetry: TelemetryMetrics,
 }
 
 /// Handles of one route, resolved when the snapshot is built.
@@ -224,7 +230,6 @@ impl Metrics {
                 .expect("metric names are unique");
         }
         Self {
-            registry,
             requests,
             upstream_latency,
             time_to_first_byte,
@@ -242,6 +247,8 @@ impl Metrics {
             retries,
             timeouts,
             client_cancels,
+            telemetry: TelemetryMetrics::new(&registry),
+            registry,
         }
     }
 
@@ -321,9 +328,11 @@ impl Metrics {
 
     /// Prometheus text exposition, with the gauges read at scrape time from
     /// the tracker (in flight) and the snapshot's balancers (adaptive scores).
-    pub fn render(&self, tracker: &LoadTracker, snapshot: &Snapshot) -> String {
+    pub fn render(&self, learned: &Learned, snapshot: &Snapshot) -> String {
         let now = crate::clock::now_ms();
-        for (id, stats) in tracker.entries() {
+        self.telemetry
+            .sync(&learned.kv.summaries(), &learned.occupancy.summaries(now));
+        for (id, stats) in learned.tracker.entries() {
             let label = id.to_string();
             self.in_flight
                 .with_label_values(&[&label])
@@ -398,14 +407,13 @@ mod tests {
     #[test]
     fn render_reports_requests_and_in_flight() {
         let metrics = std::sync::Arc::new(Metrics::new());
-        let tracker = std::sync::Arc::new(LoadTracker::new());
+        let learned = Learned::default();
         let config = crate::config::parse("t.toml", "", &|_| None).unwrap();
-        let health = crate::health::HealthRegistry::new();
-        let snapshot = Snapshot::build(config, 1, &tracker, &health, &metrics).unwrap();
-        let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let snapshot = Snapshot::build(config, 1, &learned, &metrics).unwrap();
+        let stats = learned.tracker.stats(&TargetId::new("gpu-a", "m"));
         let _guard = stats.begin();
         metrics.record_request("chat", "gpu-a/m", 200);
-        let text = metrics.render(&tracker, &snapshot);
+        let text = metrics.render(&learned, &snapshot);
         assert!(
             text.contains(r#"rolter_requests_total{route="chat",status="200",target="gpu-a/m"} 1"#)
         );

@@ -18,6 +18,8 @@ use pingora::services::listening::Service;
 use crate::admin::AdminApp;
 use crate::config::{self, Config};
 use crate::health::HealthChecker;
+use crate::kv_events::{KvEventService, SERVICE_NAME};
+use crate::lmcache::OccupancyPoller;
 use crate::proxy::Gateway;
 use crate::signals::SignalService;
 use crate::state::GatewayState;
@@ -122,6 +124,14 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
     server.add_service(background_service(
         "health checks",
         HealthChecker::new(Arc::clone(&state)),
+    ));
+    server.add_service(background_service(
+        SERVICE_NAME,
+        KvEventService::new(Arc::clone(&state), Arc::clone(&state.learned.kv)),
+    ));
+    server.add_service(background_service(
+        "lmcache poller",
+        OccupancyPoller::new(Arc::clone(&state)),
     ));
     server.add_service(background_service("signals", SignalService::new(state)));
     server.run_forever()

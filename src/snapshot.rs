@@ -31,8 +31,11 @@ pub use route::{Route, RouteKind, Target};
 
 use crate::auth::{AdminTokens, ApiKeys};
 use crate::config::{Config, GroupMember};
-use crate::health::{HealthPolicy, HealthRegistry};
+use crate::health::HealthPolicy;
+use crate::kv_events::KvTargetsView;
+use crate::lmcache::OccupancyTargetsView;
 use crate::metrics::Metrics;
+use crate::state::Learned;
 use crate::tracker::{BreakerPolicy, LoadTracker, ParkingPolicy, TargetId, TrackerView};
 
 /// How long an idle upstream connection stays in the pool. Below the 5 s
@@ -157,10 +160,16 @@ impl Snapshot {
     pub fn build(
         config: Config,
         version: u64,
-        tracker: &Arc<LoadTracker>,
-        health: &HealthRegistry,
+        learned: &Learned,
         metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, BuildError> {
+        let tracker = &learned.tracker;
+        let health = &learned.health;
+        // Telemetry of providers that are gone is dropped; the others keep
+        // their index and signal across the reload.
+        let configured = |slug: &str| config.providers.iter().any(|p| p.slug == slug);
+        learned.kv.retain(configured);
+        learned.occupancy.retain(configured);
         let mut providers = HashMap::new();
         for provider in &config.providers {
             providers.insert(
@@ -193,9 +202,13 @@ impl Snapshot {
                 })
                 .collect();
             let specs: Vec<TargetSpec<'_>> = targets.iter().map(|t| t.spec(&config)).collect();
-            let stats = targets.iter().map(|t| Arc::clone(&t.stats)).collect();
+            let views = TargetViews::new(
+                targets.iter().map(|t| (t.id.provider.as_str(), &t.stats)),
+                &config,
+                learned,
+            );
             let balancer =
-                build_balancer(route.strategy, &specs, stats, seeds.next(), &config).into();
+                build_balancer(route.strategy, &specs, views, seeds.next(), &config).into();
             let route = Arc::new(Route {
                 model: route.model.clone(),
                 kind: RouteKind::Configured,
@@ -237,12 +250,21 @@ impl Snapshot {
                     max_adapters: providers[&m.provider].max_loras,
                 })
                 .collect();
-            let stats = group
+            let member_stats: Vec<_> = group
                 .members
                 .iter()
                 .map(|m| tracker.stats(&TargetId::new(m.provider.clone(), member_model(m))))
                 .collect();
-            let balancer = build_balancer(group.strategy, &specs, stats, seeds.next(), &config);
+            let views = TargetViews::new(
+                group
+                    .members
+                    .iter()
+                    .map(|m| m.provider.as_str())
+                    .zip(&member_stats),
+                &config,
+                learned,
+            );
+            let balancer = build_balancer(group.strategy, &specs, views, seeds.next(), &config);
             groups.insert(
                 group.slug.clone(),
                 Group {
@@ -382,15 +404,54 @@ fn member_model(member: &GroupMember) -> &str {
     member.model.as_deref().unwrap_or("*")
 }
 
+/// What a balancer over some targets reads: their counters, KV indexes and
+/// cache occupancy (absent where a provider has no such source).
+struct TargetViews {
+    stats: Vec<Arc<crate::tracker::TargetStats>>,
+    kv: Vec<Option<Arc<crate::kv_events::KvIndex>>>,
+    occupancy: Vec<Option<Arc<crate::lmcache::Occupancy>>>,
+}
+
+impl TargetViews {
+    fn new<'a>(
+        targets: impl Iterator<Item = (&'a str, &'a Arc<crate::tracker::TargetStats>)>,
+        config: &Config,
+        learned: &Learned,
+    ) -> Self {
+        let mut views = TargetViews {
+            stats: Vec::new(),
+            kv: Vec::new(),
+            occupancy: Vec::new(),
+        };
+        for (slug, stats) in targets {
+            let provider = config.providers.iter().find(|p| p.slug == slug);
+            views.stats.push(Arc::clone(stats));
+            views.kv.push(
+                provider
+                    .and_then(|p| p.kv_events.as_ref())
+                    .map(|_| learned.kv.index(slug)),
+            );
+            views.occupancy.push(
+                provider
+                    .and_then(|p| p.lmcache.as_ref())
+                    .map(|_| learned.occupancy.provider(slug)),
+            );
+        }
+        views
+    }
+}
+
 fn build_balancer(
     strategy: StrategyKind,
     specs: &[TargetSpec<'_>],
-    stats: Vec<Arc<crate::tracker::TargetStats>>,
+    views: TargetViews,
     seed: u64,
     config: &Config,
 ) -> Box<dyn LoadBalancer> {
     let mut context = BuildContext::new(specs, seed);
-    context.stats = Arc::new(TrackerView::new(stats));
+    context.stats = Arc::new(TrackerView::new(views.stats));
+    context.kv_blocks = Arc::new(KvTargetsView::new(views.kv));
+    context.occupancy = Arc::new(OccupancyTargetsView::new(views.occupancy));
     context.adaptive = config.adaptive_routing;
     rolter_balancer::build(strategy, &context)
 }

@@ -12,6 +12,8 @@ use arc_swap::ArcSwap;
 
 use crate::config::{self, Config, ConfigErrors};
 use crate::health::HealthRegistry;
+use crate::kv_events::KvIndexRegistry;
+use crate::lmcache::OccupancyRegistry;
 use crate::metrics::Metrics;
 use crate::snapshot::{BuildError, Snapshot};
 use crate::tracker::LoadTracker;
@@ -45,10 +47,19 @@ pub struct Reloaded {
     pub needs_restart: Vec<String>,
 }
 
-pub struct GatewayState {
-    snapshot: ArcSwap<Snapshot>,
+/// What the gateway learns and keeps across snapshots: per-target load and
+/// breaker state, provider health, KV indexes, cache occupancy.
+#[derive(Debug, Default)]
+pub struct Learned {
     pub tracker: Arc<LoadTracker>,
     pub health: Arc<HealthRegistry>,
+    pub kv: Arc<KvIndexRegistry>,
+    pub occupancy: Arc<OccupancyRegistry>,
+}
+
+pub struct GatewayState {
+    snapshot: ArcSwap<Snapshot>,
+    pub learned: Learned,
     pub metrics: Arc<Metrics>,
     config_path: PathBuf,
     next_version: AtomicU64,
@@ -84,15 +95,13 @@ impl GatewayState {
     /// reloads read `config_path`.
     pub fn from_config(config: Config, config_path: &Path) -> Result<Arc<GatewayState>, LoadError> {
         log_warnings(&config);
-        let tracker = Arc::new(LoadTracker::new());
-        let health = Arc::new(HealthRegistry::new());
+        let learned = Learned::default();
         let metrics = Arc::new(Metrics::new());
-        let snapshot = Snapshot::build(config, 1, &tracker, &health, &metrics)?;
+        let snapshot = Snapshot::build(config, 1, &learned, &metrics)?;
         metrics.set_config_version(1);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
-            tracker,
-            health,
+            learned,
             metrics,
             config_path: config_path.to_path_buf(),
             next_version: AtomicU64::new(2),
@@ -117,8 +126,7 @@ impl GatewayState {
             .map_err(LoadError::from)
             .and_then(|config| {
                 let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-                let snapshot =
-                    Snapshot::build(config, version, &self.tracker, &self.health, &self.metrics)?;
+                let snapshot = Snapshot::build(config, version, &self.learned, &self.metrics)?;
                 Ok(snapshot)
             });
         match result {

@@ -78,7 +78,10 @@ impl Source {
             .write_request_header(Box::new(self.request.clone()))
             .await
             .map_err(|e| e.to_string())?;
-        session.finish_request_body().await.map_err(|e| e.to_string())?;
+        session
+            .finish_request_body()
+            .await
+            .map_err(|e| e.to_string())?;
         session
             .read_response_header()
             .await
@@ -88,7 +91,11 @@ impl Source {
             return Err(format!("answered {status}"));
         }
         let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_response_body().await.map_err(|e| e.to_string())? {
+        while let Some(chunk) = session
+            .read_response_body()
+            .await
+            .map_err(|e| e.to_string())?
+        {
             if body.len() + chunk.len() > MAX_BODY {
                 return Err("signal larger than 1 MiB".to_string());
             }
@@ -97,7 +104,9 @@ impl Source {
         let text = std::str::from_utf8(&body).map_err(|_| "signal is not UTF-8".to_string())?;
         match &self.format {
             LmcacheFormat::Json => parse_json(text),
-            LmcacheFormat::Prometheus { metric } => parse_prometheus(text, metric).map(|o| (o, true)),
+            LmcacheFormat::Prometheus { metric } => {
+                parse_prometheus(text, metric).map(|o| (o, true))
+            }
         }
     }
 }
@@ -109,7 +118,8 @@ fn parse_json(text: &str) -> Result<(f64, bool), String> {
         occupancy: Option<f64>,
         cache_available: Option<bool>,
     }
-    let signal: Signal = serde_json::from_str(text).map_err(|e| format!("not the expected JSON: {e}"))?;
+    let signal: Signal =
+        serde_json::from_str(text).map_err(|e| format!("not the expected JSON: {e}"))?;
     let occupancy = signal.occupancy.ok_or("no `occupancy` in the signal")?;
     Ok((occupancy, signal.cache_available.unwrap_or(true)))
 }
@@ -127,7 +137,10 @@ fn parse_prometheus(text: &str, metric: &str) -> Result<f64, String> {
             Some(c) if c.is_whitespace() => rest,
             _ => continue,
         };
-        let value = rest.split_whitespace().next().ok_or("sample without a value")?;
+        let value = rest
+            .split_whitespace()
+            .next()
+            .ok_or("sample without a value")?;
         return value
             .parse::<f64>()
             .map_err(|_| format!("{metric} has a non-numeric value {value:?}"));
@@ -195,7 +208,7 @@ impl BackgroundService for OccupancyPoller {
             for (provider, lmcache, result) in futures_util::future::join_all(polls).await {
                 let now = clock::now_ms();
                 last_poll.insert(provider.slug.clone(), now);
-                let signal = self.state.occupancy.provider(&provider.slug);
+                let signal = self.state.learned.occupancy.provider(&provider.slug);
                 signal.set_stale_after(lmcache.stale_after.as_millis() as u64);
                 match result {
                     Ok((occupancy, available)) => signal.record(occupancy, available, now),
@@ -215,7 +228,10 @@ mod tests {
 
     #[test]
     fn json_signal_needs_occupancy() {
-        assert_eq!(parse_json(r#"{"occupancy":0.4,"cache_available":false}"#), Ok((0.4, false)));
+        assert_eq!(
+            parse_json(r#"{"occupancy":0.4,"cache_available":false}"#),
+            Ok((0.4, false))
+        );
         assert_eq!(parse_json(r#"{"occupancy":0.4}"#), Ok((0.4, true)));
         assert!(parse_json("{}").is_err());
         assert!(parse_json("").is_err());

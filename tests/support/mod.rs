@@ -100,6 +100,10 @@ impl Drop for Process {
 /// A `rolter fake-llm` process.
 pub struct FakeEngine {
     pub addr: SocketAddr,
+    /// `tcp://…` of the KV-event PUB socket, with `--kv-events`.
+    pub kv_events: Option<String>,
+    /// `tcp://…` of the replay ROUTER socket, with `--kv-replay`.
+    pub kv_replay: Option<String>,
     pub process: Process,
     _dir: tempfile::TempDir,
 }
@@ -148,8 +152,15 @@ impl FakeEngine {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("unexpected first line from fake-llm: {line}"));
+        let word_after = |key: &str| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == key)?;
+            words.next().map(str::to_string)
+        };
         FakeEngine {
             addr,
+            kv_events: word_after("kv-events"),
+            kv_replay: word_after("replay"),
             process,
             _dir: dir,
         }
