@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::{self, AdminRole};
+use crate::rate_limit::{KeyLimits, RateLimits};
 use crate::snapshot::{Route, RouteKind};
 
 /// A proxy caller and what it may reach.
@@ -21,6 +22,9 @@ pub struct Caller {
     models: Option<HashSet<String>>,
     /// Allowed provider slugs; `None` = all.
     providers: Option<HashSet<String>>,
+    /// The key's `rpm` / `max_concurrent` over its counters; `None` for
+    /// anonymous callers, who are not limited.
+    limits: Option<KeyLimits>,
 }
 
 impl Caller {
@@ -30,6 +34,7 @@ impl Caller {
             name: "anonymous".to_string(),
             models: None,
             providers: None,
+            limits: None,
         })
     }
 
@@ -56,6 +61,11 @@ impl Caller {
     /// Whether the caller is limited to some providers (eligibility must check).
     pub fn restricts_providers(&self) -> bool {
         self.providers.is_some()
+    }
+
+    /// The key's rate limits (see `rate_limit.rs`); `None` = not limited.
+    pub fn limits(&self) -> Option<&KeyLimits> {
+        self.limits.as_ref()
     }
 }
 
@@ -92,7 +102,8 @@ pub struct ApiKeys {
 }
 
 impl ApiKeys {
-    pub fn new(keys: &[config::ApiKey]) -> Self {
+    /// The callers of `keys`, each limited over its counters in `rate_limits`.
+    pub fn new(keys: &[config::ApiKey], rate_limits: &RateLimits) -> Self {
         let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.iter().cloned().collect());
         Self {
             digests: keys.iter().map(|k| k.sha256).collect(),
@@ -103,6 +114,11 @@ impl ApiKeys {
                         name: k.name.clone(),
                         models: non_empty(&k.models),
                         providers: non_empty(&k.providers),
+                        limits: Some(KeyLimits::new(
+                            k.rpm,
+                            k.max_concurrent,
+                            rate_limits.counters(&k.name),
+                        )),
                     })
                 })
                 .collect(),
@@ -155,10 +171,13 @@ mod tests {
 
     #[test]
     fn finds_the_matching_key_among_many() {
-        let keys = ApiKeys::new(&[
-            key("a", "secret-a", &[], &[]),
-            key("b", "secret-b", &["chat"], &["gpu-a"]),
-        ]);
+        let keys = ApiKeys::new(
+            &[
+                key("a", "secret-a", &[], &[]),
+                key("b", "secret-b", &["chat"], &["gpu-a"]),
+            ],
+            &RateLimits::default(),
+        );
         assert_eq!(keys.authenticate(b"secret-b").unwrap().name, "b");
         assert_eq!(keys.authenticate(b"secret-a").unwrap().name, "a");
         assert!(keys.authenticate(b"secret-c").is_none());
@@ -167,10 +186,13 @@ mod tests {
 
     #[test]
     fn empty_lists_allow_everything() {
-        let keys = ApiKeys::new(&[
-            key("open", "o", &[], &[]),
-            key("narrow", "n", &["chat"], &["gpu-a"]),
-        ]);
+        let keys = ApiKeys::new(
+            &[
+                key("open", "o", &[], &[]),
+                key("narrow", "n", &["chat"], &["gpu-a"]),
+            ],
+            &RateLimits::default(),
+        );
         let open = keys.authenticate(b"o").unwrap();
         assert!(open.may_use_model("anything") && open.may_use_provider("any"));
         let narrow = keys.authenticate(b"n").unwrap();

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::openai::RequestError;
+use crate::rate_limit::{Limited, CONCURRENCY_RETRY_AFTER_SECS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -44,6 +45,14 @@ pub enum GatewayError {
         "Unsupported Content-Type `{content_type}`: send the request body as application/json."
     )]
     UnsupportedMediaType { content_type: String },
+    #[error("Rate limit reached for the API key `{key}` on requests per minute (RPM): limit {limit} on this gateway node. Please try again in {retry_after_secs}s.")]
+    RateLimited {
+        key: String,
+        limit: u32,
+        retry_after_secs: u64,
+    },
+    #[error("Too many requests in flight for the API key `{key}`: limit {limit} at once on this gateway node. Please try again when one has finished.")]
+    ConcurrencyLimited { key: String, limit: u32 },
 }
 
 /// OpenAI's error object.
@@ -74,6 +83,36 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => 408,
             GatewayError::UnsupportedMediaType { .. } => 415,
             GatewayError::UpstreamFailed { .. } => 502,
+            GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => 429,
+        }
+    }
+
+    /// Seconds for a `Retry-After` header, for the errors that have one.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            GatewayError::RateLimited {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            GatewayError::ConcurrencyLimited { .. } => Some(CONCURRENCY_RETRY_AFTER_SECS),
+            _ => None,
+        }
+    }
+
+    /// The error a refused request is answered with.
+    pub fn limited(key: &str, limited: Limited) -> GatewayError {
+        match limited {
+            Limited::Rpm {
+                limit,
+                retry_after_secs,
+            } => GatewayError::RateLimited {
+                key: key.to_string(),
+                limit,
+                retry_after_secs,
+            },
+            Limited::Concurrency { limit } => GatewayError::ConcurrencyLimited {
+                key: key.to_string(),
+                limit,
+            },
         }
     }
 
@@ -117,7 +156,18 @@ impl GatewayError {
             GatewayError::AddressLimit { .. } => {
                 ("server_error", Some("model"), Some("address_limit"))
             }
+            // OpenAI's shape for a requests-per-minute limit: the type names
+            // the exhausted resource ("requests", as opposed to "tokens").
+            GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => {
+                ("requests", None, Some("rate_limit_exceeded"))
+            }
         }
+    }
+
+    /// A fixed name for logs: OpenAI's `code`, else its `type`.
+    pub fn code(&self) -> &'static str {
+        let (kind, _, code) = self.classify();
+        code.unwrap_or(kind)
     }
 
     /// The JSON body sent to the client.
@@ -148,6 +198,35 @@ mod tests {
         assert_eq!(json["error"]["type"], "invalid_request_error");
         assert_eq!(json["error"]["param"], "model");
         assert!(json["error"]["code"].is_null());
+    }
+
+    #[test]
+    fn rate_limits_answer_429_in_openai_shape_with_retry_after() {
+        let error = GatewayError::limited(
+            "team",
+            Limited::Rpm {
+                limit: 3,
+                retry_after_secs: 42,
+            },
+        );
+        assert_eq!(error.status(), 429);
+        assert_eq!(error.retry_after_secs(), Some(42));
+        let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
+        assert_eq!(json["error"]["type"], "requests");
+        assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+        assert!(json["error"]["param"].is_null());
+        let message = json["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("`team`") && message.contains("42s"),
+            "{message}"
+        );
+
+        let error = GatewayError::limited("team", Limited::Concurrency { limit: 2 });
+        assert_eq!(error.status(), 429);
+        assert_eq!(error.retry_after_secs(), Some(1));
+        let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
+        assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(GatewayError::InvalidApiKey.retry_after_secs(), None);
     }
 
     #[test]

@@ -2,20 +2,22 @@
 //! vLLM on the wire, for integration tests, demos and load tests.
 //!
 //! It serves `/v1/chat/completions`, `/v1/completions` (both streamed as SSE
-//! or not), `/v1/embeddings`, `/v1/models`, `/health` and a few vLLM
-//! `/metrics` series. Output is deterministic (`tok0 tok1 …`, see
+//! or not), `/v1/embeddings`, `/v1/models`, `/health`, `/tokenize` and a few
+//! vLLM `/metrics` series. Output is deterministic (`tok0 tok1 …`, see
 //! [`model`]), paced by a time to first token and a per-token delay.
 //!
 //! For tests every answer echoes what arrived: the `model` field is the
 //! received model name (as vLLM does), non-streaming bodies carry a `fake`
-//! object (`engine`, `received_model`, `body_bytes`, `body_sha256`), and every
+//! object (`engine`, `received_model`, `body_bytes`, `body_sha256`,
+//! `received_headers`: every request header, repeated ones joined by ", "), and every
 //! response has `x-fake-engine`, `x-fake-body-bytes` and `x-fake-body-sha256`
 //! headers — so a test can check that a gateway rewrote `model` and forwarded
 //! the body byte for byte.
 //!
 //! It simulates vLLM's prefix caching ([`kv`]): prompts are tokenized
 //! deterministically ([`tokenizer`]; the gateway's tests use [`tokenize`] and
-//! [`chat_token_ids`] to know the engine's token ids), cut into blocks of
+//! [`chat_token_ids`] to know the engine's token ids, and a client outside
+//! the process asks `POST /tokenize`, as it would ask vLLM), cut into blocks of
 //! `--block-size` tokens held in an LRU of `--kv-blocks` blocks, and only
 //! uncached tokens cost prefill time (`--prefill-us-per-token`). Usage
 //! reports `prompt_tokens_details.cached_tokens`, and responses carry

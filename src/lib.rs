@@ -3,11 +3,13 @@
 //! The pure balancer lives in the `rolter-balancer` crate; everything that
 //! touches the network lives here.
 
+pub mod access_log;
 pub mod admin;
 pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod downstream;
 pub mod error;
 pub mod fake_llm;
 pub mod health;
@@ -16,8 +18,10 @@ pub mod lmcache;
 pub mod metrics;
 pub mod openai;
 pub mod proxy;
+pub mod rate_limit;
 pub mod serve;
 pub mod signals;
 pub mod snapshot;
 pub mod state;
+pub mod tls;
 pub mod tracker;

@@ -44,6 +44,10 @@ pub struct Metrics {
     retries: IntCounterVec,
     timeouts: IntCounterVec,
     client_cancels: IntCounterVec,
+    rate_limited: IntCounterVec,
+    client_connections: IntGauge,
+    client_connections_closed: IntCounterVec,
+    access_log_dropped: IntCounterVec,
     telemetry: TelemetryMetrics,
 }
 
@@ -85,6 +89,33 @@ impl FailureReason {
             FailureReason::FirstByteTimeout => "first_byte_timeout",
             FailureReason::IdleTimeout => "idle_timeout",
             FailureReason::Stream => "stream",
+        }
+    }
+}
+
+/// Why access-log lines were lost, as a fixed label value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLogDrop {
+    /// The writer's queue was full (the sink is slower than the traffic).
+    QueueFull,
+    /// Writing to the sink failed, or its file could not be opened.
+    WriteError,
+    /// The writer service is not running.
+    WriterStopped,
+}
+
+impl AccessLogDrop {
+    pub const ALL: [AccessLogDrop; 3] = [
+        AccessLogDrop::QueueFull,
+        AccessLogDrop::WriteError,
+        AccessLogDrop::WriterStopped,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            AccessLogDrop::QueueFull => "queue_full",
+            AccessLogDrop::WriteError => "write_error",
+            AccessLogDrop::WriterStopped => "writer_stopped",
         }
     }
 }
@@ -206,6 +237,30 @@ impl Metrics {
             "Requests whose client went away before the response ended.",
             &["route"],
         );
+        let access_log_dropped = counter_vec(
+            "rolter_access_log_dropped_total",
+            "Access-log lines lost, by reason (queue_full, write_error, writer_stopped).",
+            &["reason"],
+        );
+        // Present from the start, so a dashboard sees 0 rather than nothing.
+        for reason in AccessLogDrop::ALL {
+            access_log_dropped.with_label_values(&[reason.label()]);
+        }
+        let rate_limited = counter_vec(
+            "rolter_rate_limited_total",
+            "Requests refused with 429 by an API key's limit on this node (limit: rpm, concurrency).",
+            &["key", "limit"],
+        );
+        let client_connections = IntGauge::new(
+            "rolter_client_connections",
+            "Client connections open on the proxy listeners (what server.max_connections caps).",
+        )
+        .expect("static metric definition");
+        let client_connections_closed = counter_vec(
+            "rolter_client_connections_closed_total",
+            "Client connections the gateway closed by reason (max_connections, header_timeout).",
+            &["reason"],
+        );
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(upstream_latency.clone()),
@@ -224,6 +279,10 @@ impl Metrics {
             Box::new(retries.clone()),
             Box::new(timeouts.clone()),
             Box::new(client_cancels.clone()),
+            Box::new(rate_limited.clone()),
+            Box::new(client_connections.clone()),
+            Box::new(client_connections_closed.clone()),
+            Box::new(access_log_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -247,6 +306,10 @@ impl Metrics {
             retries,
             timeouts,
             client_cancels,
+            rate_limited,
+            client_connections,
+            client_connections_closed,
+            access_log_dropped,
             telemetry: TelemetryMetrics::new(&registry),
             registry,
         }
@@ -314,6 +377,36 @@ impl Metrics {
 
     pub fn record_client_cancel(&self, route: &str) {
         self.client_cancels.with_label_values(&[route]).inc();
+    }
+
+    pub fn record_access_log_dropped(&self, reason: AccessLogDrop, lines: u64) {
+        self.access_log_dropped
+            .with_label_values(&[reason.label()])
+            .inc_by(lines);
+    }
+
+    /// Access-log lines lost for `reason` so far.
+    pub fn access_log_dropped(&self, reason: AccessLogDrop) -> u64 {
+        self.access_log_dropped
+            .with_label_values(&[reason.label()])
+            .get()
+    }
+
+    /// A request refused by its key's `limit` (`rpm` or `concurrency`).
+    pub fn record_rate_limited(&self, key: &str, limit: &str) {
+        self.rate_limited.with_label_values(&[key, limit]).inc();
+    }
+
+    /// The gauge of open client connections (moved by `downstream.rs`).
+    pub fn client_connections(&self) -> &IntGauge {
+        &self.client_connections
+    }
+
+    /// A client connection the gateway closed for `reason` (`downstream.rs`).
+    pub fn record_client_connection_closed(&self, reason: &str) {
+        self.client_connections_closed
+            .with_label_values(&[reason])
+            .inc();
     }
 
     pub fn record_reload(&self, ok: bool) {

@@ -11,11 +11,18 @@
 //!   client becomes a retry on another target while one is left.
 //! - `fail_to_connect` / `error_while_proxy`: decide retries (never after the
 //!   first byte reached the client).
-//! - `logging`: metrics; dropping the context releases the in-flight slot.
+//! - `logging`: metrics and the access log; dropping the context releases
+//!   the in-flight slot.
+//!
+//! Every request gets an `x-request-id` (`request_id.rs`) and the engine is
+//! told who the client is (`forwarding.rs`).
 
+mod access;
 mod body;
 mod ctx;
+mod forwarding;
 mod outcome;
+mod request_id;
 mod respond;
 mod select;
 mod target_set;
@@ -33,6 +40,8 @@ use pingora::upstreams::peer::HttpPeer;
 use smallvec::SmallVec;
 
 pub use ctx::RequestCtx;
+pub use forwarding::ClientOrigin;
+pub use request_id::REQUEST_ID_HEADER;
 
 use outcome::{attempt_failed, attempt_succeeded, BreakerTicket, Failure};
 
@@ -51,20 +60,6 @@ pub const TARGET_HEADER: &str = "x-rolter-target";
 /// Response header naming the model the provider was asked for.
 pub const UPSTREAM_MODEL_HEADER: &str = "x-rolter-upstream-model";
 
-/// Headers that describe one connection, not the request (RFC 9110 §7.6.1).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
-];
-
 pub struct Gateway {
     state: Arc<GatewayState>,
 }
@@ -81,6 +76,8 @@ impl Gateway {
         ctx: &mut RequestCtx,
         snapshot: &Arc<Snapshot>,
     ) -> Result<Option<Endpoint>, GatewayError> {
+        // The header is in: its read deadline (`server.header_read_timeout_secs`) stops.
+        crate::downstream::request_header_complete();
         let request = session.req_header();
         let path = request.uri.path();
         let Some(endpoint) = Endpoint::from_path(path) else {
@@ -97,9 +94,23 @@ impl Gateway {
             });
         }
         let caller = authenticate(session, snapshot)?;
+        // Known from here on, also to the access log of a refused request.
+        ctx.caller = Some(Arc::clone(&caller));
         if endpoint == Endpoint::Models {
             respond::models(session, snapshot, &caller, !self.state.is_draining()).await;
             return Ok(None);
+        }
+        // Before the body is read: a limited caller costs no body read.
+        if let Some(limits) = caller.limits() {
+            match limits.admit(crate::clock::now_ms()) {
+                Ok(slot) => ctx.key_slot = Some(slot),
+                Err(limited) => {
+                    self.state
+                        .metrics
+                        .record_rate_limited(&caller.name, limited.label());
+                    return Err(GatewayError::limited(&caller.name, limited));
+                }
+            }
         }
 
         let token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
@@ -109,6 +120,7 @@ impl Gateway {
         body::check_content_type(session)?;
         let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
         let parsed = parse_request(endpoint, &body)?;
+        ctx.model = parsed.model.clone();
         let route = snapshot.resolve(&parsed.model).map_err(|e| match e {
             Unresolved::Unknown => GatewayError::UnknownModel {
                 model: parsed.model.clone(),
@@ -146,9 +158,7 @@ impl Gateway {
         ctx.token_ids = token_ids.or(parsed.token_ids);
         ctx.adapter = route.adapter.clone();
         ctx.route = Some(route);
-        ctx.caller = Some(caller);
         ctx.body = body;
-        ctx.model = parsed.model;
         ctx.model_span = parsed.model_span;
         ctx.prompt = parsed.prompt;
         ctx.prompt_len = parsed.prompt_len;
@@ -200,6 +210,8 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         ctx.received = Some(Instant::now());
         let snapshot = self.state.snapshot();
+        ctx.request_id = Some(request_id::ensure(session));
+        ctx.origin = Some(ClientOrigin::of(session, &snapshot.config.server));
         let admitted = self.admit(session, ctx, &snapshot).await;
         ctx.snapshot = Some(snapshot);
         match admitted {
@@ -306,8 +318,14 @@ impl ProxyHttp for Gateway {
             ));
         };
         let provider = &target.provider;
-        for name in HOP_BY_HOP {
-            upstream.remove_header(*name);
+        // First, so that a `Connection` naming a header the gateway sets
+        // below cannot remove it.
+        forwarding::strip_hop_by_hop(upstream);
+        if let Some(origin) = &ctx.origin {
+            origin.apply(upstream)?;
+        }
+        if let Some(id) = &ctx.request_id {
+            upstream.insert_header(REQUEST_ID_HEADER, id.clone())?;
         }
         if !provider.path_prefix.is_empty() {
             let original = &session.req_header().uri;
@@ -413,8 +431,12 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.response_started = true;
+        ctx.responded = Some(Instant::now());
         if self.state.is_draining() {
             session.set_keepalive(None);
+        }
+        if let Some(id) = &ctx.request_id {
+            response.insert_header(REQUEST_ID_HEADER, id.clone())?;
         }
         if let Some((_, target)) = ctx.current_target() {
             response.insert_header(TARGET_HEADER, target.provider_header.clone())?;
@@ -530,11 +552,12 @@ impl ProxyHttp for Gateway {
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
         }
-        if ctx.client_cancelled
-            || e.is_some_and(|e| e.esource() == &pingora::ErrorSource::Downstream)
-        {
+        let cancelled = ctx.client_cancelled
+            || e.is_some_and(|e| e.esource() == &pingora::ErrorSource::Downstream);
+        if cancelled {
             self.state.metrics.record_client_cancel(route);
         }
+        access::log_request(&self.state, session, e, ctx, status, cancelled);
         if let Some(e) = e {
             log::warn!(
                 "request failed: {} {} route={route} target={target} attempts={} status={status}: {e}",

@@ -8,8 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use pingora::apps::HttpServerOptions;
+use pingora::listeners::tls::TlsSettings;
 use pingora::prelude::Opt;
-use pingora::proxy::http_proxy_service_with_name;
+use pingora::proxy::http_proxy;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::background::background_service;
@@ -17,12 +19,14 @@ use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
 use crate::config::{self, Config};
+use crate::downstream::EdgeApp;
 use crate::health::HealthChecker;
 use crate::kv_events::{KvEventService, SERVICE_NAME};
 use crate::lmcache::OccupancyPoller;
 use crate::proxy::Gateway;
 use crate::signals::SignalService;
 use crate::state::GatewayState;
+use crate::tls::NoAcceptCallbacks;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -55,6 +59,24 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     serve(server, config, &args.config, testing)
+}
+
+/// HTTP options of the proxy listeners. HTTP/2 with prior knowledge (h2c)
+/// shares the plaintext ports with HTTP/1.1: Pingora tells them apart by the
+/// connection preface.
+///
+/// An HTTP/2 connection idle (no stream) for `keepalive_timeout_secs` is
+/// closed; zero leaves idle HTTP/2 connections open (Pingora would close a
+/// connection before its first stream). Read at start only. The HTTP/1
+/// limits live in `EdgeApp` (`downstream.rs`), not here: Pingora's
+/// `keepalive_request_limit` would be applied by the connection loop that
+/// `EdgeApp` replaces.
+fn proxy_server_options(config: &Config) -> HttpServerOptions {
+    let mut options = HttpServerOptions::default();
+    options.h2c = true;
+    let keepalive = config.server.keepalive_timeout;
+    options.h2_idle_timeout = (!keepalive.is_zero()).then_some(keepalive);
+    options
 }
 
 /// Runs the gateway with a generated Pingora configuration (`rolter demo`).
@@ -97,24 +119,46 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
 
     let snapshot = state.snapshot();
     let server_conf = Arc::clone(&server.configuration);
-    let mut proxy = http_proxy_service_with_name(
-        &server_conf,
-        Gateway::new(Arc::clone(&state)),
-        "rolter proxy",
+    let mut proxy_app = http_proxy(&server_conf, Gateway::new(Arc::clone(&state)));
+    proxy_app.server_options = Some(proxy_server_options(&snapshot.config));
+    // Client connection limits and timeouts around Pingora's HTTP app.
+    let mut proxy = Service::new(
+        "rolter proxy".to_string(),
+        EdgeApp::new(proxy_app, Arc::clone(&state)),
     );
     for addr in &snapshot.config.server.listen {
         proxy.add_tcp(addr);
+    }
+    // TLS listeners: rustls, TLS 1.2 and 1.3, certificates chosen by SNI and
+    // reloadable (see `tls.rs`), HTTP/2 by ALPN.
+    for resolver in state.tls.resolvers() {
+        let mut settings = match TlsSettings::with_callbacks(Box::new(NoAcceptCallbacks)) {
+            Ok(settings) => settings,
+            Err(e) => {
+                eprintln!("rolter: TLS listener {}: {e}", resolver.listen());
+                return 1;
+            }
+        };
+        settings.set_cert_resolver(Arc::clone(resolver) as _);
+        settings.enable_h2();
+        proxy.add_tls_with_settings(resolver.listen(), None, settings);
     }
     let mut admin = Service::new(
         "rolter admin".to_string(),
         AdminApp::new(Arc::clone(&state)),
     );
     admin.add_tcp(&snapshot.config.server.admin_listen);
+    let tls_listen: Vec<&str> = state.tls.resolvers().iter().map(|r| r.listen()).collect();
     log::info!(
-        "rolter {} serving {} routes on {} (admin {})",
+        "rolter {} serving {} routes on {}{} (admin {})",
         env!("CARGO_PKG_VERSION"),
         snapshot.routes().len(),
         snapshot.config.server.listen.join(", "),
+        if tls_listen.is_empty() {
+            String::new()
+        } else {
+            format!(", TLS {}", tls_listen.join(", "))
+        },
         snapshot.config.server.admin_listen,
     );
     drop(snapshot);
@@ -132,6 +176,10 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
     server.add_service(background_service(
         "lmcache poller",
         OccupancyPoller::new(Arc::clone(&state)),
+    ));
+    server.add_service(background_service(
+        crate::access_log::SERVICE_NAME,
+        crate::access_log::AccessLogWriter::new(Arc::clone(&state)),
     ));
     server.add_service(background_service("signals", SignalService::new(state)));
     server.run_forever()

@@ -3,6 +3,7 @@
 //! life cycle; this service adds rolter's part.)
 //!
 //! - SIGHUP: reload the configuration.
+//! - SIGUSR1: reopen the access log file (log rotation, as nginx's USR1).
 //! - SIGQUIT (graceful upgrade) and SIGTERM (graceful stop): start draining.
 //!   Pingora keeps serving for a few seconds before it drops idle keep-alive
 //!   connections; answering every response in that window with
@@ -14,7 +15,8 @@
 //!   process exits as soon as no proxy request is active. Pingora itself
 //!   would wait out the whole `grace_period_seconds` and then drop whatever
 //!   is still streaming; LLM streams run for minutes, so the grace period is
-//!   set long (the longest stream to wait for) and this ends it early.
+//!   set long (the longest stream to wait for) and this ends it early,
+//!   after the access log has written the last requests' lines.
 
 use std::sync::Arc;
 
@@ -27,6 +29,9 @@ use crate::state::GatewayState;
 
 /// How often the drain checks for active requests.
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Longest wait for the access log's last lines before exiting.
+const ACCESS_LOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub struct SignalService {
     state: Arc<GatewayState>,
@@ -67,6 +72,10 @@ impl BackgroundService for SignalService {
         );
         let mut quit = listen(SignalKind::quit(), "SIGQUIT");
         let mut terminate = listen(SignalKind::terminate(), "SIGTERM");
+        let mut user1 = listen(
+            SignalKind::user_defined1(),
+            "SIGUSR1 (the access log is not reopened)",
+        );
         loop {
             tokio::select! {
                 _ = next(&mut hangup) => {
@@ -86,6 +95,10 @@ impl BackgroundService for SignalService {
                     self.state.begin_draining();
                     self.state.begin_shutdown();
                 }
+                _ = next(&mut user1) => {
+                    log::info!("SIGUSR1: reopening the access log");
+                    self.state.access_log.request_reopen();
+                }
                 _ = shutdown.changed() => {
                     self.state.begin_draining();
                     break;
@@ -96,6 +109,9 @@ impl BackgroundService for SignalService {
         log::info!("no longer accepting; waiting for {active} active requests");
         loop {
             if self.state.active_requests() == 0 {
+                if !self.state.access_log.drain(ACCESS_LOG_DRAIN).await {
+                    log::warn!("the access log did not flush its last lines in time");
+                }
                 log::info!("all requests finished; exiting");
                 std::process::exit(0);
             }

@@ -134,6 +134,12 @@ pub enum BuildError {
         port: u16,
         reason: String,
     },
+    #[error("{source_file}: providers \"{provider}\": ca_file {error}")]
+    Tls {
+        source_file: String,
+        provider: String,
+        error: crate::tls::TlsFileError,
+    },
 }
 
 /// A seed per balancer, so random strategies do not move in lockstep.
@@ -276,10 +282,16 @@ impl Snapshot {
             );
         }
 
+        // Last, when nothing can fail any more: a rejected reload keeps
+        // every key's counters.
+        let api_keys = ApiKeys::new(&config.api_keys, &learned.rate_limits);
+        learned
+            .rate_limits
+            .retain(|name| config.api_keys.iter().any(|k| k.name == name));
         Ok(Snapshot {
             version,
             limits: Limits::from_config(&config),
-            api_keys: ApiKeys::new(&config.api_keys),
+            api_keys,
             admin_tokens: AdminTokens::new(&config.admin_tokens),
             routes,
             route_order,

@@ -10,12 +10,15 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use crate::access_log::AccessLogQueue;
 use crate::config::{self, Config, ConfigErrors};
 use crate::health::HealthRegistry;
 use crate::kv_events::KvIndexRegistry;
 use crate::lmcache::OccupancyRegistry;
 use crate::metrics::Metrics;
+use crate::rate_limit::RateLimits;
 use crate::snapshot::{BuildError, Snapshot};
+use crate::tls::TlsListeners;
 use crate::tracker::LoadTracker;
 
 /// Why a configuration could not become the running snapshot.
@@ -25,6 +28,8 @@ pub enum LoadError {
     Config(#[from] ConfigErrors),
     #[error("{0}")]
     Build(#[from] BuildError),
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsFileError),
 }
 
 impl LoadError {
@@ -33,6 +38,7 @@ impl LoadError {
         match self {
             LoadError::Config(errors) => errors.0.iter().map(|e| e.to_string()).collect(),
             LoadError::Build(e) => vec![e.to_string()],
+            LoadError::Tls(e) => vec![e.to_string()],
         }
     }
 }
@@ -48,19 +54,25 @@ pub struct Reloaded {
 }
 
 /// What the gateway learns and keeps across snapshots: per-target load and
-/// breaker state, provider health, KV indexes, cache occupancy.
+/// breaker state, provider health, KV indexes, cache occupancy, what each
+/// API key used of its rate limits.
 #[derive(Debug, Default)]
 pub struct Learned {
     pub tracker: Arc<LoadTracker>,
     pub health: Arc<HealthRegistry>,
     pub kv: Arc<KvIndexRegistry>,
     pub occupancy: Arc<OccupancyRegistry>,
+    pub rate_limits: Arc<RateLimits>,
 }
 
 pub struct GatewayState {
     snapshot: ArcSwap<Snapshot>,
     pub learned: Learned,
+    /// Certificates of the TLS listeners bound at start.
+    pub tls: TlsListeners,
     pub metrics: Arc<Metrics>,
+    /// Access-log records on their way to the writer service.
+    pub access_log: AccessLogQueue,
     config_path: PathBuf,
     next_version: AtomicU64,
     // Serializes reloads (SIGHUP and the admin API may race); held only by
@@ -97,11 +109,14 @@ impl GatewayState {
         log_warnings(&config);
         let learned = Learned::default();
         let metrics = Arc::new(Metrics::new());
+        let tls = TlsListeners::load(&config.server.tls)?;
         let snapshot = Snapshot::build(config, 1, &learned, &metrics)?;
         metrics.set_config_version(1);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
             learned,
+            tls,
+            access_log: AccessLogQueue::new(Arc::clone(&metrics)),
             metrics,
             config_path: config_path.to_path_buf(),
             next_version: AtomicU64::new(2),
@@ -126,11 +141,15 @@ impl GatewayState {
             .map_err(LoadError::from)
             .and_then(|config| {
                 let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+                // Certificates first: a file that does not load rejects the
+                // whole reload, before anything is swapped.
+                let certificates = self.tls.prepare_reload(&config.server.tls)?;
                 let snapshot = Snapshot::build(config, version, &self.learned, &self.metrics)?;
-                Ok(snapshot)
+                Ok((snapshot, certificates))
             });
         match result {
-            Ok(snapshot) => {
+            Ok((snapshot, certificates)) => {
+                certificates.apply();
                 let previous = self.snapshot.load();
                 let needs_restart = restart_only_changes(&previous.config, &snapshot.config);
                 let warnings = log_warnings(&snapshot.config);
@@ -208,6 +227,20 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.server.admin_listen != new.server.admin_listen {
         changed.push("server.admin_listen".to_string());
+    }
+    if old.server.keepalive_timeout != new.server.keepalive_timeout {
+        // HTTP/2's idle timeout is a Pingora server option (`serve.rs`).
+        changed.push(
+            "server.keepalive_timeout_secs for HTTP/2 connections (HTTP/1 connections opened from now on use the new value)"
+                .to_string(),
+        );
+    }
+    let tls_addresses = |config: &Config| -> Vec<String> {
+        config.server.tls.iter().map(|l| l.listen.clone()).collect()
+    };
+    if tls_addresses(old) != tls_addresses(new) {
+        changed
+            .push("server.tls listeners (certificates of existing ones were reloaded)".to_string());
     }
     changed
 }

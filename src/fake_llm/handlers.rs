@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
-use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
@@ -22,7 +22,9 @@ use super::control::{KvControl, Mode};
 use super::error::{not_routed, ApiError};
 use super::kv::Prefill;
 use super::model::{embedding, generated_text};
-use super::request::{parse_embedding, parse_generation, GenerationKind, GenerationRequest};
+use super::request::{
+    parse_embedding, parse_generation, parse_tokenize, GenerationKind, GenerationRequest,
+};
 use super::stats::{Endpoint, RequestGuard};
 use super::stream::{sse_body, StreamPlan};
 use super::Engine;
@@ -40,6 +42,9 @@ const X_FAKE_CACHED_TOKENS: HeaderName = HeaderName::from_static("x-fake-cached-
 struct Received {
     body_bytes: usize,
     body_sha256: String,
+    /// Every request header, name (lowercase) to value; repeated headers
+    /// joined by ", ", a value that is not text as "<binary>".
+    headers: Map<String, Value>,
 }
 
 impl Received {
@@ -50,8 +55,23 @@ impl Received {
             "received_model": model,
             "body_bytes": self.body_bytes,
             "body_sha256": self.body_sha256,
+            "received_headers": self.headers,
         })
     }
+}
+
+/// The request headers as a JSON object (see [`Received::headers`]).
+fn headers_json(headers: &HeaderMap) -> Map<String, Value> {
+    let mut out = Map::new();
+    for name in headers.keys() {
+        let values: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("<binary>"))
+            .collect();
+        out.insert(name.as_str().to_string(), Value::from(values.join(", ")));
+    }
+    out
 }
 
 /// The one handler behind every path.
@@ -59,11 +79,13 @@ pub(crate) async fn handle(
     State(engine): State<Arc<Engine>>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let received = Received {
         body_bytes: body.len(),
         body_sha256: hex::encode(Sha256::digest(&body)),
+        headers: headers_json(&headers),
     };
     let mut response = match uri.path() {
         "/fake/control" => control(&engine, &method, &body),
@@ -134,6 +156,7 @@ async fn engine_request(
         (Endpoint::Models, &Method::GET) => Json(models(engine)).into_response(),
         (Endpoint::Health, &Method::GET) => StatusCode::OK.into_response(),
         (Endpoint::Metrics, &Method::GET) => metrics(engine),
+        (Endpoint::Tokenize, &Method::POST) => tokenize(engine, body),
         (Endpoint::Other, _) => not_routed(StatusCode::NOT_FOUND),
         _ => not_routed(StatusCode::METHOD_NOT_ALLOWED),
     };
@@ -291,6 +314,30 @@ async fn embed(engine: &Engine, body: &[u8], mode: &Mode, received: &Received) -
         "data": data,
         "usage": {"prompt_tokens": request.prompt_tokens, "total_tokens": request.prompt_tokens},
         "fake": received.echo(engine, &request.model),
+    }))
+    .into_response()
+}
+
+/// `/tokenize` in vLLM's shape: `{"count", "max_model_len", "tokens",
+/// "token_strs": null}`, the tokens being exactly those a chat or
+/// completions request with the same `messages` or `prompt` prefills and
+/// caches (see [`parse_tokenize`]). It costs no simulated time and touches
+/// no cache.
+fn tokenize(engine: &Engine, body: &[u8]) -> Response {
+    let request = match parse_tokenize(body) {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    if let Some(model) = &request.model {
+        if let Err(error) = engine.check_model(model) {
+            return error.into_response();
+        }
+    }
+    Json(json!({
+        "count": request.tokens.len(),
+        "max_model_len": MAX_OUTPUT_TOKENS,
+        "tokens": request.tokens,
+        "token_strs": null,
     }))
     .into_response()
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::args::MAX_OUTPUT_TOKENS;
 use super::error::ApiError;
-use super::tokenizer::{chat_token_ids, prompt_token_ids, tokenize};
+use super::tokenizer::{chat_template_text, chat_token_ids, prompt_token_ids, tokenize};
 
 /// Which text-generation API a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,16 @@ pub(crate) struct GenerationRequest {
     /// The token ids of each prompt: one for a chat, one or more for a
     /// completion.
     pub(crate) prompts: Vec<Vec<u32>>,
+}
+
+/// A `/tokenize` request: vLLM's completion form (`prompt`, a string) or
+/// chat form (`messages`, `add_generation_prompt`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TokenizeRequest {
+    /// `model`, if given (vLLM makes it optional here).
+    pub(crate) model: Option<String>,
+    /// The token ids the engine would prefill for the same prompt or chat.
+    pub(crate) tokens: Vec<u32>,
 }
 
 /// An embeddings request.
@@ -140,6 +150,64 @@ pub(crate) fn parse_generation(
         finish_reason,
         prompts,
     })
+}
+
+/// Reads a `/tokenize` request. The ids are those a generation request
+/// with the same `prompt` or `messages` prefills ([`parse_generation`]):
+/// the same tokenizer and chat template, the generation prompt included
+/// unless `add_generation_prompt` is false (vLLM's default is true). The
+/// simulated tokenizer adds no special tokens around a prompt, so vLLM's
+/// `add_special_tokens` changes nothing and is not read.
+pub(crate) fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
+    let map = parse_object(body)?;
+    let model = match present(&map, "model") {
+        None => None,
+        Some(_) => Some(model(&map)?),
+    };
+    let tokens = match (present(&map, "prompt"), present(&map, "messages")) {
+        (Some(Value::String(prompt)), None) => tokenize(prompt),
+        (Some(_), None) => {
+            return Err(ApiError::bad_request(
+                Some("prompt"),
+                "Field `prompt` must be a string.",
+            ))
+        }
+        (None, Some(Value::Array(_))) => {
+            let add_generation_prompt = match present(&map, "add_generation_prompt") {
+                None => true,
+                Some(Value::Bool(add)) => *add,
+                Some(_) => {
+                    return Err(ApiError::bad_request(
+                        Some("add_generation_prompt"),
+                        "Field `add_generation_prompt` must be a boolean.",
+                    ))
+                }
+            };
+            tokenize(&chat_template_text(
+                &Value::Object(map),
+                add_generation_prompt,
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                Some("messages"),
+                "Field `messages` must be a list.",
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                None,
+                "Give either `prompt` or `messages`, not both.",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                None,
+                "Field `prompt` or `messages` is required.",
+            ))
+        }
+    };
+    Ok(TokenizeRequest { model, tokens })
 }
 
 fn output_limit(field: &'static str, value: &Value) -> Result<u32, ApiError> {
@@ -282,6 +350,49 @@ mod tests {
             err.err().map(|e| (e.status, e.param)),
             Some((StatusCode::BAD_REQUEST, Some("prompt")))
         );
+    }
+
+    #[test]
+    fn tokenize_reads_a_prompt_or_a_chat() {
+        let tokens = |body: &[u8]| parse_tokenize(body).map(|r| r.tokens);
+        assert_eq!(
+            tokens(br#"{"model":"m","prompt":"a b, c"}"#),
+            Ok(tokenize("a b, c"))
+        );
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let body: Value = serde_json::from_slice(chat).unwrap_or(Value::Null);
+        assert_eq!(tokens(chat), Ok(chat_token_ids(&body)));
+        let without = tokens(
+            br#"{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false}"#,
+        );
+        assert_eq!(without, Ok(tokenize("<|im_start|>user\nhi<|im_end|>\n")));
+        assert_eq!(
+            parse_tokenize(br#"{"prompt":""}"#).map(|r| r.model),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn bad_tokenize_requests_are_400s_naming_the_field() {
+        for (body, param) in [
+            (&br#"{"model":"m"}"#[..], None),
+            (br#"{"prompt":"a","messages":[]}"#, None),
+            (br#"{"prompt":[1,2]}"#, Some("prompt")),
+            (br#"{"messages":"hi"}"#, Some("messages")),
+            (
+                br#"{"messages":[],"add_generation_prompt":1}"#,
+                Some("add_generation_prompt"),
+            ),
+            (br#"{"model":3,"prompt":"a"}"#, Some("model")),
+        ] {
+            let err = parse_tokenize(body).err();
+            assert_eq!(
+                err.map(|e| (e.status, e.param)),
+                Some((StatusCode::BAD_REQUEST, param)),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]

@@ -26,18 +26,21 @@ pub(crate) enum Endpoint {
     Models,
     Health,
     Metrics,
+    /// vLLM's `/tokenize`.
+    Tokenize,
     /// Anything vLLM would answer with a 404.
     Other,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 7] = [
+    const ALL: [Endpoint; 8] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
         Endpoint::Models,
         Endpoint::Health,
         Endpoint::Metrics,
+        Endpoint::Tokenize,
         Endpoint::Other,
     ];
 
@@ -49,6 +52,7 @@ impl Endpoint {
             "/v1/models" => Endpoint::Models,
             "/health" => Endpoint::Health,
             "/metrics" => Endpoint::Metrics,
+            "/tokenize" => Endpoint::Tokenize,
             _ => Endpoint::Other,
         }
     }
@@ -62,6 +66,7 @@ impl Endpoint {
             Endpoint::Models => "/v1/models",
             Endpoint::Health => "/health",
             Endpoint::Metrics => "/metrics",
+            Endpoint::Tokenize => "/tokenize",
             Endpoint::Other => "other",
         }
     }

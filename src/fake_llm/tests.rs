@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use super::{announce_line, serve, BoundEngine, EngineAddresses, FakeLlmArgs};
 
 mod kv_events;
+mod tokenize;
 
 /// A running engine on a free loopback port.
 struct TestEngine {
@@ -165,6 +166,9 @@ async fn chat_echoes_received_model_and_body_digest() {
     let response = client()
         .post(engine.url("/v1/chat/completions"))
         .header("content-type", "application/json")
+        .header("x-request-id", "r-1")
+        .header("x-twice", "a")
+        .header("x-twice", "b")
         .body(&body[..])
         .send()
         .await
@@ -193,8 +197,17 @@ async fn chat_echoes_received_model_and_body_digest() {
     assert_eq!(answer["usage"]["prompt_tokens"], 7);
     assert_eq!(answer["usage"]["total_tokens"], 10);
     assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let mut fake = answer["fake"].clone();
+    let headers = fake
+        .as_object_mut()
+        .and_then(|f| f.remove("received_headers"))
+        .expect("received_headers");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers["x-request-id"], "r-1");
+    assert_eq!(headers["x-twice"], "a, b");
+    assert_eq!(headers["content-length"], body.len().to_string());
     assert_eq!(
-        answer["fake"],
+        fake,
         json!({"engine": "engine-a", "received_model": "served", "body_bytes": body.len(), "body_sha256": digest})
     );
     let stats = engine.stats().await;

@@ -94,6 +94,13 @@ pub fn chat_token_ids(body: &Value) -> Vec<u32> {
 /// A chat request body laid out by the chat template; see the module doc.
 /// A body without a `messages` list gives just the generation prompt.
 pub fn chat_text(body: &Value) -> String {
+    chat_template_text(body, true)
+}
+
+/// The chat template applied to `body`'s `messages`, followed by the
+/// generation prompt if `add_generation_prompt` (what a chat completion
+/// always prefills; `/tokenize` lets the caller leave it out, as vLLM does).
+pub(crate) fn chat_template_text(body: &Value, add_generation_prompt: bool) -> String {
     let mut text = String::new();
     let messages = body
         .get("messages")
@@ -111,7 +118,9 @@ pub fn chat_text(body: &Value) -> String {
         }
         text.push_str("<|im_end|>\n");
     }
-    text.push_str("<|im_start|>assistant\n");
+    if add_generation_prompt {
+        text.push_str("<|im_start|>assistant\n");
+    }
     text
 }
 

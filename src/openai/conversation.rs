@@ -37,10 +37,14 @@ impl Conversation {
 
     /// Appends text that belongs to the conversation.
     pub fn push_text(&mut self, text: &str) {
+        // Once a push was cut (at the bound, or short of it on a character
+        // boundary), nothing later may follow: the text must stay the
+        // conversation's beginning, not skip ahead.
+        let whole = self.text.len() == self.len;
         self.len += text.len();
         self.digest.update(text.as_bytes());
         let room = RouteContext::MAX_PROMPT_BYTES.saturating_sub(self.text.len());
-        if room > 0 {
+        if whole && room > 0 {
             self.text.push_str(bound_prompt(text, room));
         }
     }
@@ -94,6 +98,21 @@ mod tests {
         assert!(text.len() <= RouteContext::MAX_PROMPT_BYTES);
         assert_eq!(text.len(), RouteContext::MAX_PROMPT_BYTES);
         assert_eq!(len, long.len());
+    }
+
+    #[test]
+    fn nothing_follows_a_push_cut_short_of_the_bound() {
+        // Found by the fuzzer: 2 bytes of room were left after a cut at a
+        // 3-byte char, and a later push filled them.
+        let mut c = Conversation::new();
+        c.push_text(&"軻".repeat(RouteContext::MAX_PROMPT_BYTES / 3 + 1));
+        c.push_text("\0\0");
+        let (text, _, _) = c.finish();
+        assert!(
+            text.chars().all(|ch| ch == '軻'),
+            "{:?}",
+            &text[text.len() - 8..]
+        );
     }
 
     #[test]

@@ -5,12 +5,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use rolter_balancer::RouteContext;
 
+use super::forwarding::ClientOrigin;
 use super::outcome::BreakerTicket;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
+use crate::rate_limit::ConcurrencySlot;
 use crate::snapshot::{Route, Snapshot, Target};
 use crate::state::ActiveRequest;
 use crate::tracker::InFlightGuard;
@@ -21,10 +24,20 @@ pub struct RequestCtx {
     /// Holds the process open while this request is served (see `signals.rs`).
     pub active: Option<ActiveRequest>,
     pub received: Option<Instant>,
+    /// `x-request-id`: the client's when sane, else generated (`request_id.rs`).
+    pub request_id: Option<HeaderValue>,
+    /// Who the client is (`forwarding.rs`), worked out in `request_filter`.
+    pub origin: Option<ClientOrigin>,
+    /// When the response header went to the client (time to first byte).
+    pub responded: Option<Instant>,
     /// The snapshot the request was routed with, kept for its whole life.
     pub snapshot: Option<Arc<Snapshot>>,
     pub route: Option<Arc<Route>>,
     pub caller: Option<Arc<Caller>>,
+    /// The caller's in-flight slot under its key's `max_concurrent`
+    /// (`rate_limit.rs`), held until the context drops: the response ended,
+    /// streamed body included, or the client went away.
+    pub key_slot: Option<ConcurrencySlot>,
     /// The body as the client sent it.
     pub body: Bytes,
     pub model: String,

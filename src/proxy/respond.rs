@@ -5,16 +5,34 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde::Serialize;
 
+use super::request_id::{self, REQUEST_ID_HEADER};
 use crate::auth::Caller;
 use crate::error::GatewayError;
 use crate::snapshot::Snapshot;
 
-/// Writes a complete JSON response. Write errors mean the client is gone;
-/// they are logged at debug level because nothing else can be done.
+/// Writes a complete JSON response, with the request's `x-request-id`.
+/// Write errors mean the client is gone; they are logged at debug level
+/// because nothing else can be done.
 pub async fn json(session: &mut Session, status: u16, body: Bytes, keepalive: bool) {
-    let header = ResponseHeader::build(status, Some(2)).and_then(|mut h| {
+    write_json(session, status, body, keepalive, None).await;
+}
+
+/// [`json`], with `Retry-After: retry_after_secs` when given.
+async fn write_json(
+    session: &mut Session,
+    status: u16,
+    body: Bytes,
+    keepalive: bool,
+    retry_after_secs: Option<u64>,
+) {
+    let request_id = request_id::ensure(session);
+    let header = ResponseHeader::build(status, Some(4)).and_then(|mut h| {
         h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
         h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+        h.insert_header(REQUEST_ID_HEADER, request_id)?;
+        if let Some(secs) = retry_after_secs {
+            h.insert_header(http::header::RETRY_AFTER, secs)?;
+        }
         Ok(h)
     });
     let header = match header {
@@ -38,10 +56,12 @@ pub async fn json(session: &mut Session, status: u16, body: Bytes, keepalive: bo
     }
 }
 
-/// Answers an error in OpenAI's shape. The connection is closed afterwards:
-/// part of the request body may still be unread.
+/// Answers an error in OpenAI's shape, with `Retry-After` when the error has
+/// one (429). The connection is closed afterwards: part of the request body
+/// may still be unread.
 pub async fn error(session: &mut Session, error: &GatewayError) {
-    json(session, error.status(), error.body(), false).await;
+    let retry_after = error.retry_after_secs();
+    write_json(session, error.status(), error.body(), false, retry_after).await;
 }
 
 #[derive(Serialize)]

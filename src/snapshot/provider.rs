@@ -31,6 +31,10 @@ pub struct Provider {
     pub health_path: String,
     /// Shared with every snapshot (see `health.rs`).
     pub health: Arc<ProviderHealth>,
+    /// Verify the engine's certificate (https:// only).
+    pub tls_verify: bool,
+    /// Trust anchors for the engine's certificate instead of the system's.
+    pub ca: Option<Arc<pingora::protocols::tls::CaType>>,
 }
 
 /// Resolves the provider's address (blocking DNS: snapshots are built off
@@ -60,7 +64,25 @@ pub fn resolve(
     } else {
         base.authority()
     };
+    let ca = match (&provider.tls.ca_file, base.tls) {
+        (Some(path), true) => {
+            Some(crate::tls::load_ca_file(path).map_err(|e| BuildError::Tls {
+                source_file: source.to_string(),
+                provider: provider.slug.clone(),
+                error: e,
+            })?)
+        }
+        _ => None,
+    };
+    if base.tls && !provider.tls.verify {
+        log::warn!(
+            "provider {}: certificate verification is disabled (tls_verify = false)",
+            provider.slug
+        );
+    }
     Ok(Provider {
+        tls_verify: provider.tls.verify,
+        ca,
         name: provider.name.clone(),
         slug: provider.slug.clone(),
         addr,

@@ -55,6 +55,16 @@ impl Target {
         // switches to `idle` for the body (`upstream_body_read_timeout`).
         peer.options.read_timeout = Some(timeouts.first_byte);
         peer.options.idle_timeout = Some(UPSTREAM_IDLE_TIMEOUT);
+        // Pooled connections are shared by peers with the same reuse hash,
+        // which leaves out the CA: without a per-provider group, a
+        // connection verified for one provider could serve another that
+        // trusts a different CA (or none).
+        peer.group_key = xxhash_rust::xxh3::xxh3_64(provider.slug.as_bytes());
+        if provider.tls {
+            peer.options.verify_cert = provider.tls_verify;
+            peer.options.verify_hostname = provider.tls_verify;
+            peer.options.ca = provider.ca.clone();
+        }
         let model_json = serde_json::to_vec(model).unwrap_or_default();
         Target {
             stats: tracker.stats(&id),

@@ -339,6 +339,15 @@ pub async fn wait_ready(process: &mut Process, admin: SocketAddr) {
 /// Spawns `rolter serve -c pingora.yaml --config rolter.toml` in `dir`.
 pub fn spawn_serve(dir: &Path, env: &[(&str, &str)], upgrade: bool, name: &str) -> Process {
     let log = dir.join(format!("{name}.log"));
+    // stdout (the access log) and stderr (the log) share one file; both
+    // append, or the one would write over the other's lines.
+    std::fs::File::create(&log).expect("log file");
+    let append = || {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .expect("log file")
+    };
     let mut command = Command::new(ROLTER);
     command
         .arg("serve")
@@ -348,13 +357,8 @@ pub fn spawn_serve(dir: &Path, env: &[(&str, &str)], upgrade: bool, name: &str) 
         .arg(dir.join("rolter.toml"))
         .env("ROLTER_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "info")
-        .stdout(std::fs::File::create(&log).expect("log file"))
-        .stderr(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&log)
-                .expect("log file"),
-        );
+        .stdout(append())
+        .stderr(append());
     if upgrade {
         command.arg("-u");
     }

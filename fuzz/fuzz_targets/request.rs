@@ -1,0 +1,237 @@
+//! `parse_request` over every endpoint: the first byte picks the endpoint,
+//! the rest is the request body.
+//!
+//! Beyond "never panics", every `Ok` must keep the promises the gateway
+//! builds on:
+//! - `model_span` lies in the body and covers a JSON string literal that
+//!   decodes to `model` (the proxy splices the upstream model in there);
+//! - splicing another model literal into `model_span`, as
+//!   `proxy::body::attempt_body` does, yields a body that parses the same but
+//!   for the model;
+//! - the routing text is bounded to `RouteContext::MAX_PROMPT_BYTES`, cut
+//!   only as far as a char boundary needs, and `prompt_len` counts all of it;
+//!   where the whole text is plain to see (a completions `prompt` or
+//!   embeddings `input` that is a string or a list of non-empty strings,
+//!   chat messages whose contents are strings), `prompt` is exactly that
+//!   text through `bound_prompt`;
+//! - `/v1/models` and unreadable bodies route on a digest of the raw body.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rolter::openai::{parse_request, Endpoint, ParsedRequest, RequestError};
+use rolter_balancer::{bound_prompt, RouteContext};
+use serde_json::Value;
+
+const ENDPOINTS: [Endpoint; 4] = [
+    Endpoint::ChatCompletions,
+    Endpoint::Completions,
+    Endpoint::Embeddings,
+    Endpoint::Models,
+];
+
+/// What the proxy might splice in: escaped on purpose, so the re-parse
+/// decodes it rather than copying it.
+const SPLICED_LITERAL: &[u8] = br#""fuzz\/upstream\u002dmodel""#;
+const SPLICED_MODEL: &str = "fuzz/upstream-model";
+
+const MAX: usize = RouteContext::MAX_PROMPT_BYTES;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let endpoint = ENDPOINTS[usize::from(selector) % ENDPOINTS.len()];
+    match parse_request(endpoint, body) {
+        Ok(parsed) => {
+            check_model_span(body, &parsed);
+            check_prompt(endpoint, body, &parsed);
+            check_splice(endpoint, body, &parsed);
+        }
+        Err(error) => check_error(&error),
+    }
+});
+
+fn check_model_span(body: &[u8], parsed: &ParsedRequest) {
+    assert!(!parsed.model.is_empty(), "Ok with an empty model");
+    let span = parsed.model_span.clone();
+    assert!(
+        span.start < span.end && span.end <= body.len(),
+        "model_span {span:?} outside a body of {} bytes",
+        body.len()
+    );
+    let literal = &body[span.clone()];
+    assert!(
+        literal.len() >= 2 && literal.starts_with(b"\"") && literal.ends_with(b"\""),
+        "model_span {span:?} is not a string literal: {:?}",
+        String::from_utf8_lossy(literal)
+    );
+    let decoded: String = serde_json::from_slice(literal).unwrap_or_else(|e| {
+        panic!(
+            "model_span {span:?} is not a JSON string ({e}): {:?}",
+            String::from_utf8_lossy(literal)
+        )
+    });
+    assert_eq!(decoded, parsed.model, "model_span decodes to another model");
+}
+
+fn check_prompt(endpoint: Endpoint, body: &[u8], parsed: &ParsedRequest) {
+    let (prompt, len) = (&parsed.prompt, parsed.prompt_len);
+    assert!(prompt.len() <= MAX, "prompt of {} bytes", prompt.len());
+    assert!(
+        len >= prompt.len(),
+        "prompt_len {len} < prompt {}",
+        prompt.len()
+    );
+    if len <= MAX {
+        assert_eq!(prompt.len(), len, "a prompt that fits was cut");
+    } else {
+        // Cut on a char boundary: at most 3 bytes short of the bound.
+        assert!(
+            prompt.len() > MAX - 4,
+            "a long prompt was cut to {} bytes",
+            prompt.len()
+        );
+    }
+    if let Some(ids) = &parsed.token_ids {
+        assert_eq!(endpoint, Endpoint::Completions, "token ids off completions");
+        assert!(!ids.is_empty(), "Some(empty) token ids");
+    }
+    if endpoint == Endpoint::Models {
+        assert!(prompt.is_empty() && len == 0, "/v1/models with a prompt");
+        assert_eq!(
+            parsed.prompt_digest,
+            xxhash_rust::xxh3::xxh3_64(body),
+            "/v1/models not routed on the raw body"
+        );
+    }
+    let readable = len > 0;
+    if let Some(expected) = plain_prompt(endpoint, body).filter(|_| readable) {
+        assert_eq!(len, expected.len(), "prompt_len of a plain-text prompt");
+        let bounded = bound_prompt(&expected, MAX);
+        assert!(
+            prompt == bounded,
+            "prompt ({} bytes) is not the plain-text prompt ({} bytes) bounded on a \
+             char boundary ({} bytes); they part at byte {}, prompt ends {:?}",
+            prompt.len(),
+            expected.len(),
+            bounded.len(),
+            parting(prompt, bounded),
+            tail(prompt),
+        );
+    }
+}
+
+/// Where two texts stop agreeing, in bytes.
+fn parting(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+/// The last few chars of a text, for messages about 32 KiB strings.
+fn tail(text: &str) -> &str {
+    let mut start = text.len().saturating_sub(16);
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    &text[start..]
+}
+
+/// The whole routing text where it is plain to see, `None` for every other
+/// shape: a completions `prompt` / embeddings `input` that is a string or a
+/// non-empty list of non-empty strings (joined by the turn separator), or
+/// chat messages whose contents are strings (or absent, null, or anything
+/// but a list of parts) — `role: content`, turn by turn. Only asked of a
+/// readable conversation, so the body is known to have no duplicate fields.
+fn plain_prompt(endpoint: Endpoint, body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    match endpoint {
+        Endpoint::Completions => plain_text(value.get("prompt")?),
+        Endpoint::Embeddings => plain_text(value.get("input")?),
+        Endpoint::ChatCompletions => plain_messages(value.get("messages")?),
+        Endpoint::Models => None,
+    }
+}
+
+fn plain_text(prompt: &Value) -> Option<String> {
+    match prompt {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(items) if !items.is_empty() => {
+            let texts: Option<Vec<&str>> = items
+                .iter()
+                .map(|item| item.as_str().filter(|text| !text.is_empty()))
+                .collect();
+            Some(texts?.join("\n"))
+        }
+        _ => None,
+    }
+}
+
+fn plain_messages(messages: &Value) -> Option<String> {
+    let mut turns = Vec::new();
+    for message in messages.as_array()? {
+        // A message given as an array also deserializes (serde reads structs
+        // from sequences); leave that shape alone.
+        let message = message.as_object()?;
+        let role = match message.get("role") {
+            None | Some(Value::Null) => "",
+            Some(role) => role.as_str()?,
+        };
+        let content = match message.get("content") {
+            Some(Value::String(text)) => text.as_str(),
+            Some(Value::Array(_)) => return None,
+            _ => "",
+        };
+        turns.push(format!("{role}: {content}"));
+    }
+    Some(turns.join("\n"))
+}
+
+/// The proxy's splice (`proxy::body::attempt_body`) must not change what the
+/// body means, only its model.
+fn check_splice(endpoint: Endpoint, body: &[u8], parsed: &ParsedRequest) {
+    let span = parsed.model_span.clone();
+    let mut spliced = Vec::with_capacity(body.len() + SPLICED_LITERAL.len());
+    spliced.extend_from_slice(&body[..span.start]);
+    spliced.extend_from_slice(SPLICED_LITERAL);
+    spliced.extend_from_slice(&body[span.end..]);
+    let again = parse_request(endpoint, &spliced).unwrap_or_else(|e| {
+        panic!(
+            "the body with model_span {span:?} spliced no longer parses: {e}\n{:?}",
+            String::from_utf8_lossy(&spliced)
+        )
+    });
+    assert_eq!(
+        again.model, SPLICED_MODEL,
+        "splice did not change the model"
+    );
+    assert_eq!(
+        again.model_span,
+        span.start..span.start + SPLICED_LITERAL.len(),
+        "the spliced literal is not where it was put"
+    );
+    assert_eq!(again.stream, parsed.stream, "splice changed `stream`");
+    assert_eq!(again.prompt, parsed.prompt, "splice changed the prompt");
+    assert_eq!(
+        again.prompt_len, parsed.prompt_len,
+        "splice changed prompt_len"
+    );
+    assert_eq!(
+        again.token_ids, parsed.token_ids,
+        "splice changed token ids"
+    );
+    if parsed.prompt_len > 0 {
+        // A readable conversation's digest covers the conversation, not the model.
+        assert_eq!(
+            again.prompt_digest, parsed.prompt_digest,
+            "splice changed the conversation digest"
+        );
+    }
+}
+
+fn check_error(error: &RequestError) {
+    let message = error.to_string();
+    assert!(!message.is_empty());
+    if let Some(param) = error.param() {
+        assert_eq!(param, "model");
+    }
+}

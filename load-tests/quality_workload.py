@@ -1,0 +1,128 @@
+"""The routing-quality benchmark's settings and its seeded workload: tenants
+with long system prompts, users with profiles, multi-turn conversations
+(see quality.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+# Tokens per KV block, on the engines and in the gateway's KV index.
+BLOCK_SIZE = 16
+
+
+@dataclasses.dataclass
+class Settings:
+    strategies: list[str]
+    engines: int
+    tenants: int
+    system_tokens: int
+    users_per_tenant: int
+    profile_tokens: int
+    turns_min: int
+    turns_max: int
+    message_tokens_min: int
+    message_tokens_max: int
+    answer_tokens_min: int
+    answer_tokens_max: int
+    requests: int
+    concurrency: int
+    seed: int
+    ttft_ms: int
+    prefill_us_per_token: int
+    token_delay_ms: int
+    kv_blocks: int
+    block_size: int
+    quick: bool
+
+
+@dataclasses.dataclass
+class Turn:
+    user: str
+    max_tokens: int
+
+
+@dataclasses.dataclass
+class Conversation:
+    index: int
+    tenant: int
+    user: int
+    turns: list[Turn]
+
+
+@dataclasses.dataclass
+class Workload:
+    system_prompts: list[str]
+    conversations: list[Conversation]
+
+    def requests(self) -> int:
+        return sum(len(c.turns) for c in self.conversations)
+
+
+class Words:
+    """Seeded filler text whose token count is known: every word is 2-9
+    letters (one token of the engine's tokenizer, which cuts letter runs at
+    10) and every punctuation mark one token."""
+
+    SYLLABLES = [
+        "ka", "lo", "mi", "ren", "sta", "vor", "qui", "bel", "dan", "est",
+        "for", "gal", "hin", "jot", "lux", "mor", "nev", "pra", "sil", "tur",
+    ]
+
+    def __init__(self, rng: random.Random, size: int = 3000):
+        self.rng = rng
+        vocabulary = set()
+        while len(vocabulary) < size:
+            word = "".join(rng.choice(self.SYLLABLES) for _ in range(rng.randint(1, 3)))
+            vocabulary.add(word[:9])
+        self.vocabulary = sorted(vocabulary)
+
+    def text(self, tokens: int) -> str:
+        """About `tokens` tokens of sentences (exactly, give or take the
+        final period)."""
+        out: list[str] = []
+        count = 0
+        while count < tokens:
+            length = self.rng.randint(6, 18)
+            sentence = [self.rng.choice(self.vocabulary) for _ in range(length)]
+            if length > 10 and self.rng.random() < 0.5:
+                sentence[length // 2] += ","
+                count += 1
+            out.append(" ".join(sentence).capitalize() + ".")
+            count += length + 1
+        return " ".join(out)
+
+
+def build_workload(s: Settings) -> Workload:
+    """The same conversations, in the same order, for every strategy."""
+    rng = random.Random(s.seed)
+    words = Words(rng)
+    system_prompts = [
+        f"You are the assistant of tenant {t}. Follow the policy below.\n"
+        + words.text(s.system_tokens - 14)
+        for t in range(s.tenants)
+    ]
+    profiles = {
+        (t, u): f"I am user {u} of tenant {t}. My profile: " + words.text(s.profile_tokens - 12)
+        for t in range(s.tenants)
+        for u in range(s.users_per_tenant)
+    }
+    conversations: list[Conversation] = []
+    total = 0
+    while total < s.requests:
+        tenant = rng.randrange(s.tenants)
+        user = rng.randrange(s.users_per_tenant)
+        n = min(rng.randint(s.turns_min, s.turns_max), s.requests - total)
+        turns = []
+        for k in range(n):
+            question = words.text(rng.randint(s.message_tokens_min, s.message_tokens_max))
+            text = f"{profiles[(tenant, user)]}\n{question}" if k == 0 else question
+            turns.append(Turn(text, rng.randint(s.answer_tokens_min, s.answer_tokens_max)))
+        conversations.append(Conversation(len(conversations), tenant, user, turns))
+        total += n
+    return Workload(system_prompts, conversations)
+
+
+def expected_answer(tokens: int) -> str:
+    """The fake engine's deterministic output (src/fake_llm/model.rs)."""
+    return " ".join(f"tok{i}" for i in range(tokens))

@@ -1,0 +1,431 @@
+//! Client connections of the proxy listeners: how many may be open at once,
+//! how long a client may take to send a request header, how long an idle
+//! connection is kept and how many requests it may carry (`[server]`
+//! `max_connections`, `header_read_timeout_secs`, `keepalive_timeout_secs`,
+//! `keepalive_requests`; nginx's `worker_connections`,
+//! `client_header_timeout`, `keepalive_timeout`, `keepalive_requests`).
+//!
+//! [`EdgeApp`] wraps Pingora's HTTP proxy application and is what the proxy
+//! service runs. It has to: Pingora 0.9.1 opens every HTTP/1 connection in
+//! `apps/mod.rs` (the `ServerApp` impl of every `HttpServerApp`) with a fixed
+//! 60 s keep-alive wait for the first request, times reads one at a time (a
+//! client sending a byte a minute is never cut), has no cap on open
+//! connections (its `connection_filter` feature sees one address at accept
+//! and is never told when a connection ends), and `HttpServerOptions` offers
+//! only the request count. So `EdgeApp` does what `apps/mod.rs` does for
+//! HTTP/1 (one `ServerSession` per request, Pingora's own
+//! `HttpPersistentSettings` carried between them) with rolter's limits, and
+//! hands every other connection (HTTP/2 by ALPN or h2c preface, custom
+//! protocols) to Pingora unchanged. Neither Pingora crate is patched for it.
+//!
+//! - **max_connections**: a connection takes a slot when its processing
+//!   starts (after the TLS handshake on TLS listeners) and gives it back when
+//!   it closes, HTTP/2 included, over every proxy listener. Beyond the limit
+//!   a new connection is closed at once, before anything is read; the client
+//!   sees the connection close (or a reset) and may retry.
+//! - **header_read_timeout**: one deadline for the whole header, like nginx's
+//!   `client_header_timeout`, not per read. It runs from the start of a new
+//!   connection (the wait for the first byte included; with h2c on, the
+//!   24-byte peek for the HTTP/2 preface too), and on a kept-alive connection
+//!   from the first byte of the next request, until the proxy's
+//!   `request_filter` starts (it calls [`request_header_complete`]). A
+//!   client that misses it is disconnected without a response, as nginx does.
+//! - **keepalive_timeout**: how long a kept-alive HTTP/1 connection may sit
+//!   idle before the next request's first byte; the connection is then
+//!   closed. Zero: every response carries `Connection: close`. For HTTP/2 it
+//!   is Pingora's `h2_idle_timeout` (set where the service is built; zero
+//!   leaves HTTP/2 connections open while idle).
+//! - **keepalive_requests**: the `N`th response on a connection carries
+//!   `Connection: close` and the connection ends there (Pingora's reuse
+//!   count, which counts reuses: `N - 1`).
+//!
+//! The limits are read from the snapshot when a connection opens: a reload
+//! applies them to the connections opened after it (HTTP/2's idle timeout,
+//! a server option, only at restart).
+//!
+//! Where a stream cannot be peeked at (TLS: the wait for the next request's
+//! first byte happens inside Pingora's read), the idle wait is Pingora's
+//! per-read keep-alive timeout and the header deadline starts with the
+//! idle wait: `keepalive_timeout + header_read_timeout` from the previous
+//! response. rolter does not enable HTTP/1.1 pipelining, so no bytes of a
+//! next request are ever held over from the previous one (Pingora refuses to
+//! reuse such a connection).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::{HttpServerApp, ReusedHttpStream, ServerApp};
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::{Stream, ALPN};
+use pingora::server::ShutdownWatch;
+use tokio::time::Instant;
+
+use crate::config;
+use crate::state::GatewayState;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4), as Pingora looks for it.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+tokio::task_local! {
+    /// Set when the current request's header was read; scoped to one
+    /// HTTP/1 request by [`EdgeApp`].
+    static HEADER_READ: Cell<bool>;
+}
+
+/// Tells the connection that the current request's header has been read,
+/// so its header deadline stops. Called first thing in the proxy's
+/// `request_filter`; a no-op outside an HTTP/1 request served by
+/// [`EdgeApp`] (HTTP/2 streams run in tasks of their own).
+pub fn request_header_complete() {
+    let _ = HEADER_READ.try_with(|read| read.set(true));
+}
+
+/// Why the gateway closed a client connection, as a fixed label value of
+/// `rolter_client_connections_closed_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedBy {
+    /// `max_connections` were open already.
+    MaxConnections,
+    /// The request header did not arrive within `header_read_timeout`.
+    HeaderTimeout,
+}
+
+impl ClosedBy {
+    pub fn label(self) -> &'static str {
+        match self {
+            ClosedBy::MaxConnections => "max_connections",
+            ClosedBy::HeaderTimeout => "header_timeout",
+        }
+    }
+}
+
+/// The `[server]` limits one connection is served with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionPolicy {
+    pub header_read_timeout: Duration,
+    /// Zero: no keep-alive.
+    pub keepalive_timeout: Duration,
+    /// 0 = unlimited.
+    pub keepalive_requests: u32,
+    /// 0 = unlimited.
+    pub max_connections: u32,
+}
+
+impl ConnectionPolicy {
+    pub fn from_config(server: &config::Server) -> Self {
+        Self {
+            header_read_timeout: server.header_read_timeout,
+            keepalive_timeout: server.keepalive_timeout,
+            keepalive_requests: server.keepalive_requests,
+            max_connections: server.max_connections,
+        }
+    }
+
+    /// Pingora's reuse count for the first request of a connection: how
+    /// many more requests may follow it (`None` = no limit).
+    fn reuses(&self) -> Option<u32> {
+        if self.keepalive_timeout.is_zero() {
+            Some(0)
+        } else if self.keepalive_requests == 0 {
+            None
+        } else {
+            Some(self.keepalive_requests - 1)
+        }
+    }
+}
+
+/// Pingora's keep-alive argument: whole seconds, where 0 would mean
+/// "forever", so at least 1.
+fn pingora_secs(duration: Duration) -> u64 {
+    duration.as_secs().max(1)
+}
+
+/// The proxy's Pingora application under the `[server]` connection limits.
+pub struct EdgeApp<A> {
+    inner: Arc<A>,
+    state: Arc<GatewayState>,
+    /// Connections being processed now, over every listener of the service.
+    open: AtomicU32,
+}
+
+/// One open connection's slot; given back when dropped.
+struct OpenConnection<'a, A>(&'a EdgeApp<A>);
+
+impl<A> Drop for OpenConnection<'_, A> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.state.metrics.client_connections().dec();
+    }
+}
+
+/// What a connection speaks, as far as `EdgeApp` needs to know.
+enum Protocol {
+    Http1,
+    /// HTTP/2 or a custom protocol: Pingora serves it.
+    Pingora,
+    /// The h2c preface peek did not complete in time.
+    TimedOut,
+    /// The client closed the connection first.
+    Gone,
+}
+
+/// How one HTTP/1 request ended.
+enum Served {
+    /// The connection may carry the next request.
+    Reusable(ReusedHttpStream),
+    /// The connection is done (a header timeout was counted already).
+    Closed,
+}
+
+/// How the wait for the next request on a kept-alive connection ended.
+enum Idle {
+    /// Its first byte arrived.
+    Request,
+    /// The stream cannot be peeked at: Pingora's read waits instead.
+    NoPeek,
+    /// Timed out, closed by the client, or the server is shutting down.
+    Closed,
+}
+
+impl<A> EdgeApp<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    pub fn new(inner: A, state: Arc<GatewayState>) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            state,
+            open: AtomicU32::new(0),
+        }
+    }
+
+    fn open_connection(&self, max: u32) -> Option<OpenConnection<'_, A>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (max == 0 || n < max).then(|| n + 1)
+            })
+            .ok()?;
+        self.state.metrics.client_connections().inc();
+        Some(OpenConnection(self))
+    }
+
+    fn closed(&self, by: ClosedBy) {
+        log::debug!("closed a client connection: {}", by.label());
+        self.state
+            .metrics
+            .record_client_connection_closed(by.label());
+    }
+
+    /// Tells HTTP/1 from what Pingora serves itself, as `apps/mod.rs` does:
+    /// ALPN first, then (plaintext with h2c on) the connection preface.
+    async fn protocol(&self, stream: &mut Stream, deadline: Instant) -> Protocol {
+        let options = self.inner.server_options();
+        if matches!(
+            stream.selected_alpn_proto(),
+            Some(ALPN::H2) | Some(ALPN::Custom(_))
+        ) || options.is_some_and(|o| o.force_custom)
+        {
+            return Protocol::Pingora;
+        }
+        if !options.is_some_and(|o| o.h2c) || stream.get_ssl_digest().is_some() {
+            return Protocol::Http1;
+        }
+        let mut preface = [0u8; H2_PREFACE.len()];
+        match tokio::time::timeout_at(deadline, stream.try_peek(&mut preface)).await {
+            Err(_) => Protocol::TimedOut,
+            Ok(Err(_)) => Protocol::Gone,
+            Ok(Ok(true)) if &preface != H2_PREFACE => Protocol::Http1,
+            // Pingora treats a stream it cannot peek at as HTTP/2 under h2c.
+            Ok(Ok(_)) => Protocol::Pingora,
+        }
+    }
+
+    /// Pingora's HTTP/1 keep-alive loop (`apps/mod.rs`) with rolter's limits.
+    async fn serve_http1(
+        &self,
+        stream: Stream,
+        policy: ConnectionPolicy,
+        mut deadline: Instant,
+        shutdown: &ShutdownWatch,
+    ) {
+        let mut session = ServerSession::new_http1(stream);
+        // Pingora's wait per read; the deadline bounds the header as a whole.
+        session.set_keepalive(Some(pingora_secs(policy.header_read_timeout)));
+        session.set_keepalive_reuses_remaining(if *shutdown.borrow() {
+            Some(0)
+        } else {
+            policy.reuses()
+        });
+        loop {
+            let reused = match self.serve_request(session, deadline, shutdown).await {
+                Served::Reusable(reused) => reused,
+                Served::Closed => return,
+            };
+            let (mut stream, settings) = reused.consume();
+            deadline = match next_request(&mut stream, policy.keepalive_timeout, shutdown).await {
+                Idle::Request => Instant::now() + policy.header_read_timeout,
+                Idle::NoPeek => {
+                    Instant::now() + policy.keepalive_timeout + policy.header_read_timeout
+                }
+                Idle::Closed => return,
+            };
+            session = ServerSession::new_http1(stream);
+            if let Some(settings) = settings {
+                // The reuse count (one fewer), the pipelining choice, the
+                // proxy's per-connection context.
+                settings.apply_to_session(&mut session);
+            }
+            session.set_keepalive(Some(pingora_secs(policy.keepalive_timeout)));
+        }
+    }
+
+    /// Serves one request, cut off if its header is not read by `deadline`.
+    async fn serve_request(
+        &self,
+        session: ServerSession,
+        deadline: Instant,
+        shutdown: &ShutdownWatch,
+    ) -> Served {
+        HEADER_READ
+            .scope(Cell::new(false), async {
+                let serving = self.inner.process_new_http(session, shutdown);
+                tokio::pin!(serving);
+                tokio::select! {
+                    biased;
+                    reused = &mut serving => match reused {
+                        Some(reused) => Served::Reusable(reused),
+                        None => Served::Closed,
+                    },
+                    () = header_deadline(deadline) => {
+                        // Counted before the connection closes (with `serving`).
+                        self.closed(ClosedBy::HeaderTimeout);
+                        Served::Closed
+                    }
+                }
+            })
+            .await
+    }
+}
+
+/// Resolves at `deadline` unless the header was read by then; never after.
+async fn header_deadline(deadline: Instant) {
+    tokio::time::sleep_until(deadline).await;
+    if HEADER_READ.try_with(Cell::get).unwrap_or(true) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Waits up to `keepalive` for the first byte of the next request.
+async fn next_request(stream: &mut Stream, keepalive: Duration, shutdown: &ShutdownWatch) -> Idle {
+    let mut shutdown = shutdown.clone();
+    // One byte: the peek either completes or reads nothing, so dropping it
+    // at the timeout loses no data.
+    let mut first = [0u8; 1];
+    tokio::select! {
+        peeked = tokio::time::timeout(keepalive, stream.try_peek(&mut first)) => match peeked {
+            Ok(Ok(true)) => Idle::Request,
+            Ok(Ok(false)) => Idle::NoPeek,
+            Ok(Err(_)) | Err(_) => Idle::Closed,
+        },
+        // Idle connections close when the server stops, as in Pingora.
+        _ = shutdown.wait_for(|stopping| *stopping) => Idle::Closed,
+    }
+}
+
+#[async_trait]
+impl<A> ServerApp for EdgeApp<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let policy = ConnectionPolicy::from_config(&self.state.snapshot().config.server);
+        let Some(_open) = self.open_connection(policy.max_connections) else {
+            // Dropping the stream closes it before anything was read.
+            self.closed(ClosedBy::MaxConnections);
+            return None;
+        };
+        let deadline = Instant::now() + policy.header_read_timeout;
+        match self.protocol(&mut stream, deadline).await {
+            Protocol::Http1 => self.serve_http1(stream, policy, deadline, shutdown).await,
+            Protocol::Pingora => {
+                return ServerApp::process_new(&self.inner, stream, shutdown).await
+            }
+            Protocol::TimedOut => self.closed(ClosedBy::HeaderTimeout),
+            Protocol::Gone => {}
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        // Wakes the keep-alive reads parked in the proxy (shutdown).
+        ServerApp::cleanup(&*self.inner).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(keepalive_secs: u64, keepalive_requests: u32) -> ConnectionPolicy {
+        ConnectionPolicy {
+            header_read_timeout: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(keepalive_secs),
+            keepalive_requests,
+            max_connections: 0,
+        }
+    }
+
+    #[test]
+    fn keepalive_requests_counts_requests_and_pingora_counts_reuses() {
+        // nginx's keepalive_requests = 3: the third response closes.
+        assert_eq!(policy(60, 3).reuses(), Some(2));
+        assert_eq!(policy(60, 1).reuses(), Some(0));
+        assert_eq!(policy(60, 0).reuses(), None);
+        // No keep-alive at all: one request per connection, whatever the count.
+        assert_eq!(policy(0, 1000).reuses(), Some(0));
+        assert_eq!(policy(0, 0).reuses(), Some(0));
+    }
+
+    #[test]
+    fn pingora_keepalive_is_whole_seconds_never_zero() {
+        // Pingora reads 0 as "keep forever".
+        assert_eq!(pingora_secs(Duration::ZERO), 1);
+        assert_eq!(pingora_secs(Duration::from_millis(1500)), 1);
+        assert_eq!(pingora_secs(Duration::from_secs(75)), 75);
+    }
+
+    #[tokio::test]
+    async fn the_header_deadline_fires_unless_the_header_was_read() {
+        // Outcomes do not depend on timing: the flag is set (or not) before
+        // the deadline is even polled.
+        let soon = || Instant::now() + Duration::from_millis(20);
+        let unread = HEADER_READ.scope(Cell::new(false), async {
+            tokio::time::timeout(Duration::from_secs(10), header_deadline(soon())).await
+        });
+        assert!(
+            unread.await.is_ok(),
+            "an unread header's deadline never fired"
+        );
+
+        let read = HEADER_READ.scope(Cell::new(false), async {
+            request_header_complete();
+            tokio::time::timeout(Duration::from_millis(300), header_deadline(soon())).await
+        });
+        assert!(
+            read.await.is_err(),
+            "the deadline fired after the header was read"
+        );
+    }
+
+    #[test]
+    fn request_header_complete_outside_a_connection_is_a_no_op() {
+        request_header_complete();
+    }
+}

@@ -1,0 +1,478 @@
+//! What the engine is told about the client: `X-Forwarded-For`,
+//! `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Real-IP`, and which headers
+//! never cross the gateway (hop-by-hop ones).
+//!
+//! The reference is nginx's `realip` module configured as
+//!
+//! ```nginx
+//! set_real_ip_from <each of server.trusted_proxies>;
+//! real_ip_header   X-Forwarded-For;
+//! real_ip_recursive on;
+//! proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+//! ```
+//!
+//! - A direct peer outside `trusted_proxies` is the client. Whatever
+//!   forwarding headers it sent are its own claims: the chain is replaced by
+//!   the peer's address, the scheme is the one of our listener, and the host
+//!   is the `Host` it asked for.
+//! - A trusted peer (a load balancer in front of rolter) speaks for its
+//!   client: its chain is kept and the peer appended, and the client is found
+//!   by walking the chain from the right, skipping trusted addresses; the
+//!   first untrusted one is the client. When every address is trusted, the
+//!   left-most is. An entry that is not an address (`unknown`, a hostname)
+//!   stops the walk at the last address read, as in nginx. Its
+//!   `X-Forwarded-Proto` (`http` or `https`) and `X-Forwarded-Host` are kept.
+//!
+//! Unlike nginx (whose `$proxy_add_x_forwarded_for` appends the rewritten
+//! `$remote_addr`), the appended address is always the direct peer: the chain
+//! stays a faithful record of the hops.
+//!
+//! An IPv4 client on a dual-stack socket (`::ffff:10.0.0.1`) is written as
+//! `10.0.0.1`. RFC 7239's `Forwarded` is passed on only from a trusted peer.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+
+use crate::config::{Cidr, Server};
+
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+pub const X_FORWARDED_HOST: &str = "x-forwarded-host";
+pub const X_REAL_IP: &str = "x-real-ip";
+const FORWARDED: &str = "forwarded";
+
+/// Longest `X-Forwarded-Host` passed on; a longer one is replaced by `Host`.
+const MAX_HOST_LEN: usize = 255;
+
+/// Headers that describe one connection, not the request (RFC 9110 §7.6.1),
+/// plus those that only make sense between a client and its proxy.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+/// Who sent a request and how, worked out once per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOrigin {
+    /// The direct peer; `None` on a socket without an IP address.
+    pub peer: Option<IpAddr>,
+    /// Whether the peer is inside `server.trusted_proxies`.
+    pub peer_trusted: bool,
+    /// The client: the peer, or what a trusted peer's chain says.
+    pub client: Option<IpAddr>,
+    /// The `X-Forwarded-For` to send; `None` when there is no address at all.
+    pub forwarded_for: Option<String>,
+    /// `http` or `https`.
+    pub proto: &'static str,
+    /// The host the client asked for, for `X-Forwarded-Host`.
+    pub host: Option<HeaderValue>,
+}
+
+impl ClientOrigin {
+    /// Works out the origin of the request on `session`. `server` gives the
+    /// trusted proxies and the TLS listeners (a connection accepted on one is
+    /// HTTPS even when no TLS digest is attached to it).
+    pub fn of(session: &Session, server: &Server) -> ClientOrigin {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some())
+            || session
+                .server_addr()
+                .and_then(|a| a.as_inet())
+                .is_some_and(|local| on_tls_listener(local, server));
+        let request = session.req_header();
+        let host = request.headers.get(header::HOST).cloned().or_else(|| {
+            let authority = request.uri.authority()?;
+            HeaderValue::from_str(authority.as_str()).ok()
+        });
+        resolve(&request.headers, peer, tls, host, &server.trusted_proxies)
+    }
+
+    /// Sets the forwarding headers on the upstream request, replacing what
+    /// the client sent.
+    pub fn apply(&self, upstream: &mut RequestHeader) -> pingora::Result<()> {
+        match &self.forwarded_for {
+            Some(chain) => upstream.insert_header(X_FORWARDED_FOR, chain.as_str())?,
+            None => {
+                upstream.remove_header(X_FORWARDED_FOR);
+            }
+        }
+        match self.client {
+            Some(client) => upstream.insert_header(X_REAL_IP, client.to_string())?,
+            None => {
+                upstream.remove_header(X_REAL_IP);
+            }
+        }
+        upstream.insert_header(X_FORWARDED_PROTO, self.proto)?;
+        match &self.host {
+            Some(host) => upstream.insert_header(X_FORWARDED_HOST, host.clone())?,
+            None => {
+                upstream.remove_header(X_FORWARDED_HOST);
+            }
+        }
+        if !self.peer_trusted {
+            upstream.remove_header(FORWARDED);
+        }
+        Ok(())
+    }
+}
+
+/// The origin from the request's headers, its peer and the listener's
+/// scheme. `host` is the `Host` (or HTTP/2 authority) the client asked for.
+pub fn resolve(
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    tls: bool,
+    host: Option<HeaderValue>,
+    trusted: &[Cidr],
+) -> ClientOrigin {
+    let peer = peer.map(|ip| ip.to_canonical());
+    let own_proto = if tls { "https" } else { "http" };
+    let Some(peer_ip) = peer.filter(|ip| is_trusted(*ip, trusted)) else {
+        return ClientOrigin {
+            peer,
+            peer_trusted: false,
+            client: peer,
+            forwarded_for: peer.map(|ip| ip.to_string()),
+            proto: own_proto,
+            host,
+        };
+    };
+
+    let chain = joined(headers, X_FORWARDED_FOR);
+    let entries: Vec<&str> = chain
+        .as_deref()
+        .map(|c| {
+            c.split(',')
+                .map(|e| e.trim_matches([' ', '\t']))
+                .filter(|e| !e.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let client = real_client(peer_ip, &entries, trusted);
+    let forwarded_for = match entries.is_empty() {
+        true => peer_ip.to_string(),
+        false => format!("{}, {peer_ip}", entries.join(", ")),
+    };
+    let proto = match headers.get(X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
+        Some(v) if v.eq_ignore_ascii_case(b"https") => "https",
+        Some(v) if v.eq_ignore_ascii_case(b"http") => "http",
+        _ => own_proto,
+    };
+    let forwarded_host = headers
+        .get(X_FORWARDED_HOST)
+        .filter(|v| is_sane_host(v.as_bytes()))
+        .cloned();
+    ClientOrigin {
+        peer,
+        peer_trusted: true,
+        client: Some(client),
+        forwarded_for: Some(forwarded_for),
+        proto,
+        host: forwarded_host.or(host),
+    }
+}
+
+/// nginx's recursive real-IP walk over `chain` (left to right as sent),
+/// starting at the trusted `peer`.
+fn real_client(peer: IpAddr, chain: &[&str], trusted: &[Cidr]) -> IpAddr {
+    debug_assert!(is_trusted(peer, trusted));
+    let mut client = peer;
+    for entry in chain.iter().rev() {
+        if !is_trusted(client, trusted) {
+            break;
+        }
+        match parse_address(entry) {
+            Some(ip) => client = ip,
+            None => break,
+        }
+    }
+    client
+}
+
+fn is_trusted(ip: IpAddr, trusted: &[Cidr]) -> bool {
+    trusted.iter().any(|cidr| cidr.contains(ip))
+}
+
+/// One chain entry: an address, optionally with a port (`1.2.3.4:80`,
+/// `[::1]:80`) or in brackets (`[::1]`), as nginx's `ngx_parse_addr_port`
+/// takes it.
+fn parse_address(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Ok(addr) = entry.parse::<SocketAddr>() {
+        return Some(addr.ip().to_canonical());
+    }
+    let inner = entry.strip_prefix('[')?.strip_suffix(']')?;
+    inner.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+/// Every value of `name`, joined by ", " (a client may send a list header
+/// as several lines); `None` when absent or not text.
+fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let mut out: Option<String> = None;
+    for value in headers.get_all(name) {
+        let value = value.to_str().ok()?.trim();
+        if value.is_empty() {
+            continue;
+        }
+        match &mut out {
+            Some(out) => {
+                out.push_str(", ");
+                out.push_str(value);
+            }
+            None => out = Some(value.to_string()),
+        }
+    }
+    out
+}
+
+fn is_sane_host(value: &[u8]) -> bool {
+    !value.is_empty() && value.len() <= MAX_HOST_LEN && value.iter().all(|b| b.is_ascii_graphic())
+}
+
+/// Whether `local` is the address of one of the TLS listeners (a wildcard
+/// listener matches any local address on its port).
+fn on_tls_listener(local: &SocketAddr, server: &Server) -> bool {
+    server.tls.iter().any(|listener| {
+        listener.listen.parse::<SocketAddr>().is_ok_and(|addr| {
+            addr.port() == local.port()
+                && (addr.ip().is_unspecified()
+                    || addr.ip().to_canonical() == local.ip().to_canonical())
+        })
+    })
+}
+
+/// Removes the hop-by-hop headers from the upstream request: the fixed set,
+/// and every header the client's `Connection` names (RFC 9110 §7.6.1).
+/// Run it before the gateway sets its own headers: a `Connection` naming one
+/// of them must not remove what the gateway adds.
+pub fn strip_hop_by_hop(upstream: &mut RequestHeader) {
+    let named: Vec<HeaderName> = upstream
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        upstream.remove_header(&name);
+    }
+    for name in HOP_BY_HOP {
+        upstream.remove_header(*name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidrs(list: &[&str]) -> Vec<Cidr> {
+        list.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    fn host(s: &str) -> Option<HeaderValue> {
+        Some(HeaderValue::from_str(s).unwrap())
+    }
+
+    #[test]
+    fn untrusted_peer_replaces_the_chain_and_its_claims() {
+        let h = headers(&[
+            ("x-forwarded-for", "1.1.1.1, 2.2.2.2"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "evil.example"),
+        ]);
+        let origin = resolve(
+            &h,
+            ip("203.0.113.9"),
+            false,
+            host("api.example"),
+            &cidrs(&["10.0.0.0/8"]),
+        );
+        assert!(!origin.peer_trusted);
+        assert_eq!(origin.client, ip("203.0.113.9"));
+        assert_eq!(origin.forwarded_for.as_deref(), Some("203.0.113.9"));
+        assert_eq!(origin.proto, "http");
+        assert_eq!(origin.host, host("api.example"));
+    }
+
+    #[test]
+    fn trusted_peer_keeps_the_chain_and_names_the_right_most_untrusted_client() {
+        let h = headers(&[
+            ("x-forwarded-for", "198.51.100.1, 203.0.113.5, 10.0.0.2"),
+            ("x-forwarded-proto", "HTTPS"),
+            ("x-forwarded-host", "api.example"),
+        ]);
+        let origin = resolve(
+            &h,
+            ip("10.0.0.1"),
+            false,
+            host("internal:8080"),
+            &cidrs(&["10.0.0.0/8"]),
+        );
+        assert!(origin.peer_trusted);
+        // 10.0.0.2 is trusted, 203.0.113.5 is not: it is the client, and
+        // what it claims (198.51.100.1) is not believed.
+        assert_eq!(origin.client, ip("203.0.113.5"));
+        assert_eq!(
+            origin.forwarded_for.as_deref(),
+            Some("198.51.100.1, 203.0.113.5, 10.0.0.2, 10.0.0.1")
+        );
+        assert_eq!(origin.proto, "https");
+        assert_eq!(origin.host, host("api.example"));
+    }
+
+    #[test]
+    fn every_address_trusted_gives_the_left_most() {
+        let h = headers(&[("x-forwarded-for", "10.0.0.3, 10.0.0.2")]);
+        let origin = resolve(&h, ip("10.0.0.1"), true, None, &cidrs(&["10.0.0.0/8"]));
+        assert_eq!(origin.client, ip("10.0.0.3"));
+        assert_eq!(origin.proto, "https");
+    }
+
+    #[test]
+    fn a_non_address_entry_stops_the_walk_at_the_last_address() {
+        let h = headers(&[("x-forwarded-for", "203.0.113.7, unknown, 10.0.0.2")]);
+        let origin = resolve(&h, ip("10.0.0.1"), false, None, &cidrs(&["10.0.0.0/8"]));
+        assert_eq!(origin.client, ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn several_chain_headers_are_one_list_and_ports_are_allowed() {
+        let h = headers(&[
+            ("x-forwarded-for", "203.0.113.7:4711"),
+            ("x-forwarded-for", "[2001:db8::1]:443, 10.0.0.2"),
+        ]);
+        let origin = resolve(&h, ip("10.0.0.1"), false, None, &cidrs(&["10.0.0.0/8"]));
+        assert_eq!(origin.client, ip("2001:db8::1"));
+        assert_eq!(
+            origin.forwarded_for.as_deref(),
+            Some("203.0.113.7:4711, [2001:db8::1]:443, 10.0.0.2, 10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn trusted_peer_without_a_chain_is_the_client() {
+        let origin = resolve(
+            &HeaderMap::new(),
+            ip("127.0.0.1"),
+            false,
+            None,
+            &cidrs(&["127.0.0.1/32"]),
+        );
+        assert_eq!(origin.client, ip("127.0.0.1"));
+        assert_eq!(origin.forwarded_for.as_deref(), Some("127.0.0.1"));
+    }
+
+    #[test]
+    fn a_mapped_ipv4_peer_is_written_as_ipv4_and_matches_ipv4_networks() {
+        let h = headers(&[("x-forwarded-for", "203.0.113.7")]);
+        let origin = resolve(
+            &h,
+            ip("::ffff:10.0.0.1"),
+            false,
+            None,
+            &cidrs(&["10.0.0.0/8"]),
+        );
+        assert_eq!(origin.peer, ip("10.0.0.1"));
+        assert_eq!(origin.client, ip("203.0.113.7"));
+        assert_eq!(
+            origin.forwarded_for.as_deref(),
+            Some("203.0.113.7, 10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn a_trusted_proxys_odd_scheme_or_host_is_not_passed_on() {
+        let h = headers(&[("x-forwarded-proto", "gopher"), ("x-forwarded-host", "a b")]);
+        let origin = resolve(
+            &h,
+            ip("10.0.0.1"),
+            true,
+            host("api.example"),
+            &cidrs(&["10.0.0.0/8"]),
+        );
+        assert_eq!(origin.proto, "https");
+        assert_eq!(origin.host, host("api.example"));
+    }
+
+    #[test]
+    fn no_peer_address_sends_no_address() {
+        let origin = resolve(&HeaderMap::new(), None, false, None, &cidrs(&["0.0.0.0/0"]));
+        assert_eq!(origin.client, None);
+        assert_eq!(origin.forwarded_for, None);
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_stripped() {
+        let mut request = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Custom , x-other"),
+            ("connection", "x-third"),
+            ("x-custom", "1"),
+            ("x-other", "1"),
+            ("x-third", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("x-kept", "1"),
+        ] {
+            request.append_header(name, value).unwrap();
+        }
+        strip_hop_by_hop(&mut request);
+        let left: Vec<&str> = request.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-kept"]);
+    }
+
+    #[test]
+    fn apply_sets_the_headers_and_drops_an_untrusted_forwarded() {
+        let mut request = RequestHeader::build("POST", b"/", None).unwrap();
+        request.insert_header("forwarded", "for=1.2.3.4").unwrap();
+        request.insert_header("x-real-ip", "1.2.3.4").unwrap();
+        let origin = resolve(
+            &HeaderMap::new(),
+            ip("192.0.2.1"),
+            false,
+            host("api.example"),
+            &[],
+        );
+        origin.apply(&mut request).unwrap();
+        let h = &request.headers;
+        assert_eq!(h["x-forwarded-for"], "192.0.2.1");
+        assert_eq!(h["x-real-ip"], "192.0.2.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "api.example");
+        assert!(h.get("forwarded").is_none());
+    }
+}
