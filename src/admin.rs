@@ -18,16 +18,18 @@ use rolter_balancer::{BalancerReport, StrategyKind};
 
 use crate::auth::bearer_token;
 use crate::config::AdminRole;
+use crate::reload::Reloader;
 use crate::state::GatewayState;
 use crate::tracker::TargetLoad;
 
 pub struct AdminApp {
     state: Arc<GatewayState>,
+    reloader: Reloader,
 }
 
 impl AdminApp {
-    pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+    pub fn new(state: Arc<GatewayState>, reloader: Reloader) -> Self {
+        Self { state, reloader }
     }
 
     /// Nothing when the caller's token has the role, else the response refusing it.
@@ -59,28 +61,24 @@ impl AdminApp {
     }
 
     async fn reload(&self) -> Response<Vec<u8>> {
-        let state = Arc::clone(&self.state);
-        match tokio::task::spawn_blocking(move || state.reload()).await {
-            Ok(Ok(reloaded)) => json_response(
+        match self.reloader.reload().await {
+            Ok(reloaded) => json_response(
                 StatusCode::OK,
                 &json!({
                     "status": "ok",
                     "version": reloaded.version,
+                    "warnings": reloaded.warnings,
                     "needs_restart": reloaded.needs_restart,
                 }),
             ),
-            Ok(Err(e)) => json_response(
+            Err(errors) => json_response(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &json!({
                     "status": "error",
                     "version": self.state.snapshot().version,
                     "message": "configuration rejected; the running configuration stays",
-                    "errors": e.lines(),
+                    "errors": errors,
                 }),
-            ),
-            Err(e) => error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("reload task failed: {e}"),
             ),
         }
     }
@@ -202,15 +200,25 @@ struct TargetView<'a> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if let Some((status, body)) =
+            crate::control::http::serve(&self.state, self.reloader.control(), session).await
+        {
+            return respond(status, "application/json", body);
+        }
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
         match (&method, path.as_str()) {
             (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
             (&Method::GET, "/readyz") => {
-                if self.state.is_shutting_down() {
+                if self.state.is_ready() {
+                    text(StatusCode::OK, "ready\n")
+                } else if self.state.is_shutting_down() {
                     text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
                 } else {
-                    text(StatusCode::OK, "ready\n")
+                    text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "waiting for the fleet configuration\n",
+                    )
                 }
             }
             (&Method::GET, "/metrics") => respond(

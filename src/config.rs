@@ -7,18 +7,24 @@
 //! does not validate yields no [`Config`] at all.
 //!
 //! Secrets never sit in the file: it names environment variables, and the
-//! validated types hold the upstream bearer keys read from them and only the
-//! SHA-256 digests of caller keys and admin tokens.
+//! validated types hold the upstream bearer keys, the database URL and the
+//! internal token read from them, and only digests of caller keys and admin
+//! tokens ([`SecretDigest`]; `secret.rs` says how generated keys are salted).
 //!
-//! Parts of the `rolter.toml` contract that this version does not implement
-//! (`[control_plane]`, the `gateway` and `control` roles) parse, and then
-//! fail validation with a message that says so, so that nobody believes such
-//! a setting took effect.
+//! A fleet (spec/product.md, "Processes and roles") reuses all of this. A
+//! control node serves its gateways the fleet's configuration as JSON of the
+//! same [`file::ConfigFile`] type; a gateway merges it with its own file
+//! ([`merge_fleet_document`]) and validates the result with
+//! [`parse_document`], the same validation a file gets, without line
+//! numbers (a document has no text). One rule is about files only: a
+//! gateway's own file holds nothing but `[server]`, `[control_plane]` and
+//! `[[admin_tokens]]`; everything else is set on the control node.
 //!
 //! Validation touches the file system only to check that the files a
 //! configuration names (TLS certificates and keys, CA files, the access
-//! log's directory) are there: a relative path is relative to the working
-//! directory, as it will be when rolter opens it.
+//! log's directory) are there, and, for a control-plane node without a
+//! `node_id`, to read the host name: a relative path is relative to the
+//! working directory, as it will be when rolter opens it.
 //!
 //! A setting that is valid but does not do what it seems to (a weight under
 //! a strategy that ignores weights, an adaptive-routing value clamped on the
@@ -30,7 +36,9 @@ mod cidr;
 mod endpoint;
 mod error;
 pub mod file;
+mod fleet;
 mod locate;
+mod secret;
 mod slug;
 mod validate;
 
@@ -44,6 +52,11 @@ use std::time::Duration;
 pub use base_url::{BaseUrl, BaseUrlError};
 pub use cidr::{Cidr, CidrError};
 pub use error::{ConfigError, ConfigErrors};
+pub use fleet::{merge_fleet_document, parse_json};
+pub use secret::{
+    new_secret, secret_id, SecretDigest, ADMIN_TOKEN_PREFIX, API_KEY_PREFIX, SALT_LEN,
+    SECRET_ID_LEN,
+};
 pub use slug::{derive_slug, is_valid_slug};
 
 /// A validated configuration. Rebuilt on reload, so plain owned data.
@@ -71,6 +84,9 @@ pub struct Config {
     pub health: Health,
     pub breaker: Breaker,
     pub parking: Parking,
+    /// `[control_plane]`: `Some` exactly when the role is `Gateway` or
+    /// `Control`.
+    pub control_plane: Option<ControlPlane>,
     /// Settings that validated but do not do what they seem to, in file
     /// order, each naming its field and line. Never a reason to refuse the
     /// file; `rolter check` and `serve` print them.
@@ -165,15 +181,17 @@ impl AccessLogFormat {
     }
 }
 
-/// What this process is in a deployment. Only `Standalone` validates in
-/// this version.
+/// What this process is in a deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Proxy and admin API from one file; no control plane.
     Standalone,
-    /// Proxy that polls a control node for its snapshot.
+    /// Proxy that polls a control node for its snapshot and pushes
+    /// telemetry to it; its file holds only `[server]`, `[control_plane]`
+    /// and `[[admin_tokens]]`.
     Gateway,
-    /// The control node that owns the database.
+    /// The control node: control API over PostgreSQL. What its file
+    /// configures is file-managed (read-only in the API).
     Control,
 }
 
@@ -185,6 +203,51 @@ impl Role {
             Role::Gateway => "gateway",
             Role::Control => "control",
         }
+    }
+}
+
+/// `[control_plane]` of a gateway or control node.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ControlPlane {
+    /// A gateway's control node: `http(s)://host[:port]` of its admin
+    /// listener, no trailing slash. `None` on a control node.
+    pub url: Option<String>,
+    /// The variable `database_url` was read from; `None` on a gateway.
+    pub database_url_env: Option<String>,
+    /// A control node's PostgreSQL URL, non-empty. Never printed.
+    pub database_url: Option<String>,
+    /// The variable `internal_token` was read from; always `Some` once
+    /// validated.
+    pub internal_token_env: Option<String>,
+    /// The token gateways present to control nodes, non-empty; always
+    /// `Some` once validated. Never printed.
+    pub internal_token: Option<String>,
+    /// `^[A-Za-z0-9._-]{1,128}$`; the host name unless written.
+    pub node_id: String,
+    /// Between two snapshot polls of a gateway; 1 s to 5 min.
+    pub poll_interval: Duration,
+    /// Between two telemetry pushes of a gateway; 1 s to 5 min.
+    pub telemetry_interval: Duration,
+}
+
+impl fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("url", &self.url)
+            .field("database_url_env", &self.database_url_env)
+            .field(
+                "database_url",
+                &self.database_url.as_ref().map(|_| Redacted),
+            )
+            .field("internal_token_env", &self.internal_token_env)
+            .field(
+                "internal_token",
+                &self.internal_token.as_ref().map(|_| Redacted),
+            )
+            .field("node_id", &self.node_id)
+            .field("poll_interval", &self.poll_interval)
+            .field("telemetry_interval", &self.telemetry_interval)
+            .finish()
     }
 }
 
@@ -396,11 +459,12 @@ impl CatalogEntry {
 }
 
 /// A caller of the proxy.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKey {
     pub name: String,
-    /// SHA-256 of the key; the key itself is not kept.
-    pub sha256: [u8; 32],
+    /// How the key is checked; the key itself is not kept. Salted ids are
+    /// unique among API keys.
+    pub digest: SecretDigest,
     /// Route models and provider-group slugs this key may use (a group slug
     /// allows every `<group>/<model>` address); empty = all.
     pub models: Vec<String>,
@@ -412,36 +476,14 @@ pub struct ApiKey {
     pub max_concurrent: u32,
 }
 
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiKey")
-            .field("name", &self.name)
-            .field("sha256", &Hex(&self.sha256))
-            .field("models", &self.models)
-            .field("providers", &self.providers)
-            .field("rpm", &self.rpm)
-            .field("max_concurrent", &self.max_concurrent)
-            .finish()
-    }
-}
-
 /// A caller of the admin API.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminToken {
     pub name: String,
-    /// SHA-256 of the token; the token itself is not kept.
-    pub sha256: [u8; 32],
+    /// How the token is checked; the token itself is not kept. Salted ids
+    /// are unique among admin tokens.
+    pub digest: SecretDigest,
     pub role: AdminRole,
-}
-
-impl fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdminToken")
-            .field("name", &self.name)
-            .field("sha256", &Hex(&self.sha256))
-            .field("role", &self.role)
-            .finish()
-    }
 }
 
 /// Admin API privilege, ordered: `Viewer < Admin < Superadmin`, so a check
@@ -598,7 +640,25 @@ pub fn parse(
             .into());
         }
     };
-    validate::validate(source, file, &locator, env)
+    validate::validate(source, file, &locator, validate::Origin::File, env)
+}
+
+/// Validate a document that is already deserialized, such as a fleet
+/// document merged into a gateway's file ([`merge_fleet_document`]): the
+/// same rules as [`parse`], except the one about what a gateway's own file
+/// may hold. Errors and warnings name their field path but no line.
+pub fn parse_document(
+    source: &str,
+    document: &file::ConfigFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    validate::validate(
+        source,
+        document.clone(),
+        &locate::Locator::empty(),
+        validate::Origin::Document,
+        env,
+    )
 }
 
 /// Debug stand-in for a secret.

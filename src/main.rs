@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use rolter::{config, demo, fake_llm, serve};
+use rolter::{config, control, demo, fake_llm, serve};
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +28,8 @@ enum Command {
     FakeLlm(fake_llm::FakeLlmArgs),
     /// Run three fake engines and the gateway on the embedded demo configuration.
     Demo(demo::DemoArgs),
+    /// Apply migrations/ to the control plane's PostgreSQL database (a second run is a no-op).
+    Migrate(control::store::MigrateArgs),
 }
 
 fn main() {
@@ -37,6 +39,7 @@ fn main() {
         Command::Check { config } => check(&config),
         Command::FakeLlm(args) => fake_llm::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Migrate(args) => control::store::run_migrate(args),
     };
     std::process::exit(code);
 }

@@ -11,19 +11,25 @@ use std::sync::Arc;
 use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::prelude::Opt;
-use pingora::proxy::http_proxy;
+use pingora::proxy::{http_proxy, HttpProxy};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
+use crate::config::Role;
 use crate::config::{self, Config};
+use crate::control::node::ControlNode;
+use crate::control::poller::SnapshotPoller;
+use crate::control::service::ControlPlaneService;
+use crate::control::telemetry::TelemetryPusher;
 use crate::downstream::EdgeApp;
 use crate::health::HealthChecker;
 use crate::kv_events::{KvEventService, SERVICE_NAME};
 use crate::lmcache::OccupancyPoller;
 use crate::proxy::Gateway;
+use crate::reload::Reloader;
 use crate::signals::SignalService;
 use crate::state::GatewayState;
 use crate::tls::NoAcceptCallbacks;
@@ -79,6 +85,35 @@ fn proxy_server_options(config: &Config) -> HttpServerOptions {
     options
 }
 
+/// The proxy: plaintext listeners (HTTP/1.1 and h2c) and TLS listeners,
+/// inside the client connection limits.
+fn proxy_service(
+    server: &Server,
+    state: &Arc<GatewayState>,
+) -> Result<Service<EdgeApp<HttpProxy<Gateway>>>, String> {
+    let snapshot = state.snapshot();
+    let mut proxy_app = http_proxy(&server.configuration, Gateway::new(Arc::clone(state)));
+    proxy_app.server_options = Some(proxy_server_options(&snapshot.config));
+    // Client connection limits and timeouts around Pingora's HTTP app.
+    let mut proxy = Service::new(
+        "rolter proxy".to_string(),
+        EdgeApp::new(proxy_app, Arc::clone(state)),
+    );
+    for addr in &snapshot.config.server.listen {
+        proxy.add_tcp(addr);
+    }
+    // TLS listeners: rustls, TLS 1.2 and 1.3, certificates chosen by SNI and
+    // reloadable (see `tls.rs`), HTTP/2 by ALPN.
+    for resolver in state.tls.resolvers() {
+        let mut settings = TlsSettings::with_callbacks(Box::new(NoAcceptCallbacks))
+            .map_err(|e| format!("TLS listener {}: {e}", resolver.listen()))?;
+        settings.set_cert_resolver(Arc::clone(resolver) as _);
+        settings.enable_h2();
+        proxy.add_tls_with_settings(resolver.listen(), None, settings);
+    }
+    Ok(proxy)
+}
+
 /// Runs the gateway with a generated Pingora configuration (`rolter demo`).
 pub fn run_with_conf(conf: ServerConf, config: Config, config_path: &Path) -> i32 {
     let server = Server::new_with_opt_and_conf(Some(Opt::default()), conf);
@@ -118,42 +153,43 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
     }
 
     let snapshot = state.snapshot();
-    let server_conf = Arc::clone(&server.configuration);
-    let mut proxy_app = http_proxy(&server_conf, Gateway::new(Arc::clone(&state)));
-    proxy_app.server_options = Some(proxy_server_options(&snapshot.config));
-    // Client connection limits and timeouts around Pingora's HTTP app.
-    let mut proxy = Service::new(
-        "rolter proxy".to_string(),
-        EdgeApp::new(proxy_app, Arc::clone(&state)),
-    );
-    for addr in &snapshot.config.server.listen {
-        proxy.add_tcp(addr);
-    }
-    // TLS listeners: rustls, TLS 1.2 and 1.3, certificates chosen by SNI and
-    // reloadable (see `tls.rs`), HTTP/2 by ALPN.
-    for resolver in state.tls.resolvers() {
-        let mut settings = match TlsSettings::with_callbacks(Box::new(NoAcceptCallbacks)) {
-            Ok(settings) => settings,
+    let role = snapshot.config.server.role;
+    let reloader = match (role, &snapshot.config.control_plane) {
+        (Role::Control, Some(control)) => Reloader::Control(ControlNode::new(
+            Arc::clone(&state),
+            config_path,
+            control.database_url.clone().unwrap_or_default(),
+        )),
+        _ => Reloader::File(Arc::clone(&state)),
+    };
+    // A control node serves the control plane, not inference traffic.
+    if role != Role::Control {
+        match proxy_service(&server, &state) {
+            Ok(proxy) => {
+                server.add_service(proxy);
+            }
             Err(e) => {
-                eprintln!("rolter: TLS listener {}: {e}", resolver.listen());
+                eprintln!("rolter: {e}");
                 return 1;
             }
-        };
-        settings.set_cert_resolver(Arc::clone(resolver) as _);
-        settings.enable_h2();
-        proxy.add_tls_with_settings(resolver.listen(), None, settings);
+        }
     }
     let mut admin = Service::new(
         "rolter admin".to_string(),
-        AdminApp::new(Arc::clone(&state)),
+        AdminApp::new(Arc::clone(&state), reloader.clone()),
     );
     admin.add_tcp(&snapshot.config.server.admin_listen);
     let tls_listen: Vec<&str> = state.tls.resolvers().iter().map(|r| r.listen()).collect();
     log::info!(
-        "rolter {} serving {} routes on {}{} (admin {})",
+        "rolter {} ({}) serving {} routes on {}{} (admin {})",
         env!("CARGO_PKG_VERSION"),
+        role.as_str(),
         snapshot.routes().len(),
-        snapshot.config.server.listen.join(", "),
+        if role == Role::Control {
+            "no proxy listener".to_string()
+        } else {
+            snapshot.config.server.listen.join(", ")
+        },
         if tls_listen.is_empty() {
             String::new()
         } else {
@@ -163,24 +199,46 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
     );
     drop(snapshot);
 
-    server.add_service(proxy);
     server.add_service(admin);
+    match &reloader {
+        Reloader::Control(control) => {
+            server.add_service(background_service(
+                "control plane",
+                ControlPlaneService::new(Arc::clone(control)),
+            ));
+        }
+        Reloader::File(_) => {
+            server.add_service(background_service(
+                "health checks",
+                HealthChecker::new(Arc::clone(&state)),
+            ));
+            server.add_service(background_service(
+                SERVICE_NAME,
+                KvEventService::new(Arc::clone(&state), Arc::clone(&state.learned.kv)),
+            ));
+            server.add_service(background_service(
+                "lmcache poller",
+                OccupancyPoller::new(Arc::clone(&state)),
+            ));
+            server.add_service(background_service(
+                crate::access_log::SERVICE_NAME,
+                crate::access_log::AccessLogWriter::new(Arc::clone(&state)),
+            ));
+            if role == Role::Gateway {
+                server.add_service(background_service(
+                    "fleet snapshot poller",
+                    SnapshotPoller::new(Arc::clone(&state)),
+                ));
+                server.add_service(background_service(
+                    "adaptive telemetry",
+                    TelemetryPusher::new(Arc::clone(&state)),
+                ));
+            }
+        }
+    }
     server.add_service(background_service(
-        "health checks",
-        HealthChecker::new(Arc::clone(&state)),
+        "signals",
+        SignalService::new(state, reloader),
     ));
-    server.add_service(background_service(
-        SERVICE_NAME,
-        KvEventService::new(Arc::clone(&state), Arc::clone(&state.learned.kv)),
-    ));
-    server.add_service(background_service(
-        "lmcache poller",
-        OccupancyPoller::new(Arc::clone(&state)),
-    ));
-    server.add_service(background_service(
-        crate::access_log::SERVICE_NAME,
-        crate::access_log::AccessLogWriter::new(Arc::clone(&state)),
-    ));
-    server.add_service(background_service("signals", SignalService::new(state)));
     server.run_forever()
 }

@@ -25,6 +25,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::reload::Reloader;
 use crate::state::GatewayState;
 
 /// How often the drain checks for active requests.
@@ -35,11 +36,12 @@ const ACCESS_LOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub struct SignalService {
     state: Arc<GatewayState>,
+    reloader: Reloader,
 }
 
 impl SignalService {
-    pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+    pub fn new(state: Arc<GatewayState>, reloader: Reloader) -> Self {
+        Self { state, reloader }
     }
 }
 
@@ -80,11 +82,8 @@ impl BackgroundService for SignalService {
             tokio::select! {
                 _ = next(&mut hangup) => {
                     log::info!("SIGHUP: reloading configuration");
-                    let state = Arc::clone(&self.state);
-                    // The outcome is logged and counted by `reload` itself.
-                    if let Err(e) = tokio::task::spawn_blocking(move || state.reload()).await {
-                        log::error!("reload task failed: {e}");
-                    }
+                    // The outcome is logged and counted by the reload itself.
+                    let _outcome = self.reloader.reload().await;
                 }
                 _ = next(&mut quit) => {
                     log::info!("SIGQUIT: draining connections for the upgrade");

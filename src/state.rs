@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::access_log::AccessLogQueue;
-use crate::config::{self, Config, ConfigErrors};
+use crate::config::file::ConfigFile;
+use crate::config::{self, Config, ConfigErrors, Role};
 use crate::health::HealthRegistry;
 use crate::kv_events::KvIndexRegistry;
 use crate::lmcache::OccupancyRegistry;
@@ -84,6 +85,8 @@ pub struct GatewayState {
     shutting_down: AtomicBool,
     /// Proxy requests between `request_filter` and the end of their response.
     active_requests: Arc<AtomicU64>,
+    /// A gateway node's last installed fleet document and its version.
+    fleet: Mutex<Option<(u64, ConfigFile)>>,
 }
 
 /// Counts one proxy request as active until dropped (with its context).
@@ -110,8 +113,10 @@ impl GatewayState {
         let learned = Learned::default();
         let metrics = Arc::new(Metrics::new());
         let tls = TlsListeners::load(&config.server.tls)?;
-        let snapshot = Snapshot::build(config, 1, &learned, &metrics)?;
-        metrics.set_config_version(1);
+        // A fleet node serves nothing until its first fleet document: version 0.
+        let version = u64::from(config.server.role == Role::Standalone);
+        let snapshot = Snapshot::build(config, version, &learned, &metrics)?;
+        metrics.set_config_version(version);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
             learned,
@@ -124,6 +129,7 @@ impl GatewayState {
             draining: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             active_requests: Arc::new(AtomicU64::new(0)),
+            fleet: Mutex::new(None),
         }))
     }
 
@@ -134,19 +140,103 @@ impl GatewayState {
 
     /// Re-reads the configuration file and swaps in a new snapshot. On any
     /// error the running snapshot stays. Blocking (file, DNS): call it off
-    /// the async workers.
+    /// the async workers. A gateway node merges its file with the last fleet
+    /// document it installed (see `install_fleet`).
     pub fn reload(&self) -> Result<Reloaded, LoadError> {
         let _serialized = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let source = self.config_path.display().to_string();
         let result = config::load(&self.config_path)
             .map_err(LoadError::from)
-            .and_then(|config| {
-                let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-                // Certificates first: a file that does not load rejects the
-                // whole reload, before anything is swapped.
-                let certificates = self.tls.prepare_reload(&config.server.tls)?;
-                let snapshot = Snapshot::build(config, version, &self.learned, &self.metrics)?;
-                Ok((snapshot, certificates))
+            .and_then(|local| {
+                if local.server.role != Role::Gateway {
+                    let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+                    return Ok((local, version));
+                }
+                let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                match fleet {
+                    Some((version, document)) => {
+                        Ok((self.merge_fleet(version, &document)?, version))
+                    }
+                    None => Ok((local, 0)),
+                }
             });
+        self.install(result, &source)
+    }
+
+    /// Installs version `version` of the fleet document from the control
+    /// node, merged with this gateway's own file: the same validation and
+    /// snapshot build as a file reload.
+    pub fn install_fleet(&self, version: u64, document: ConfigFile) -> Result<Reloaded, LoadError> {
+        let _serialized = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let source = format!("fleet configuration version {version}");
+        let result = self
+            .merge_fleet(version, &document)
+            .map(|config| (config, version));
+        let installed = self.install(result, &source);
+        if installed.is_ok() {
+            *self.fleet.lock().unwrap_or_else(|e| e.into_inner()) = Some((version, document));
+        }
+        installed
+    }
+
+    /// The fleet version this gateway runs; `None` before the first.
+    pub fn fleet_version(&self) -> Option<u64> {
+        self.fleet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(version, _)| *version)
+    }
+
+    /// Whether the node serves a configuration: a gateway once its first
+    /// fleet document arrived, a control node once it published one.
+    pub fn is_ready(&self) -> bool {
+        !self.is_shutting_down()
+            && (self.snapshot.load().config.server.role == Role::Standalone
+                || self.fleet_version().is_some())
+    }
+
+    fn merge_fleet(&self, version: u64, document: &ConfigFile) -> Result<Config, LoadError> {
+        let text = std::fs::read_to_string(&self.config_path).map_err(|e| {
+            ConfigErrors::from(config::ConfigError {
+                file: self.config_path.display().to_string(),
+                line: None,
+                field: None,
+                message: format!("cannot read the configuration file: {e}"),
+            })
+        })?;
+        // The file validated when it was loaded; a parse error here means
+        // it changed since, and the file reload reports that.
+        let local: ConfigFile = toml::from_str(&text).map_err(|e| {
+            ConfigErrors::from(config::ConfigError {
+                file: self.config_path.display().to_string(),
+                line: None,
+                field: None,
+                message: e.message().to_string(),
+            })
+        })?;
+        let merged = config::merge_fleet_document(&local, document);
+        Ok(config::parse_document(
+            &format!("fleet configuration version {version}"),
+            &merged,
+            &|name| std::env::var(name).ok(),
+        )?)
+    }
+
+    /// Builds and swaps in a snapshot of `result`'s configuration; the one
+    /// path of file reloads and fleet installs.
+    fn install(
+        &self,
+        result: Result<(Config, u64), LoadError>,
+        source: &str,
+    ) -> Result<Reloaded, LoadError> {
+        let result = result.and_then(|(config, version)| {
+            // Certificates first: a file that does not load rejects the
+            // whole reload, before anything is swapped.
+            let certificates = self.tls.prepare_reload(&config.server.tls)?;
+            let snapshot = Snapshot::build(config, version, &self.learned, &self.metrics)?;
+            Ok((snapshot, certificates))
+        });
         match result {
             Ok((snapshot, certificates)) => {
                 certificates.apply();
@@ -157,10 +247,7 @@ impl GatewayState {
                 self.snapshot.store(Arc::new(snapshot));
                 self.metrics.record_reload(true);
                 self.metrics.set_config_version(version);
-                log::info!(
-                    "reloaded {}: serving configuration version {version}",
-                    self.config_path.display()
-                );
+                log::info!("loaded {source}: serving configuration version {version}");
                 for setting in &needs_restart {
                     log::warn!("{setting} changed; it takes effect on restart or upgrade");
                 }
@@ -173,7 +260,7 @@ impl GatewayState {
             Err(error) => {
                 self.metrics.record_reload(false);
                 for line in error.lines() {
-                    log::error!("reload rejected, keeping the running configuration: {line}");
+                    log::error!("{source} rejected, keeping the running configuration: {line}");
                 }
                 Err(error)
             }

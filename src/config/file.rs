@@ -7,15 +7,16 @@
 //! still `Option` here, so that validation can report every missing field at
 //! once, with its path, instead of serde stopping at the first.
 //!
-//! Parts of the contract that this version does not implement yet
-//! (`[control_plane]`) are accepted as raw `toml::Value`s, so that they
-//! parse; validation then says they are not implemented, instead of serde
-//! calling them unknown.
+//! The same types carry a fleet's configuration from a control node to its
+//! gateways, as JSON (`config::parse_json`): every type is `Serialize` too,
+//! an unset field is left out rather than written as `null`, and a list
+//! that defaults to empty is left out when empty, so a document says only
+//! what was set and reads back as the same values.
 //!
 //! Fields the contract does not list are extensions, marked as such; the
 //! contract allows adding fields, never renaming them.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Default for `server.listen`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -153,24 +154,43 @@ pub const DEFAULT_PARKING_MAX_SECS: u64 = 300;
 /// written in milliseconds (300000).
 pub const MAX_PARKING_MAX_SECS: u64 = 86_400;
 
+/// Default for `control_plane.poll_interval_secs`, in seconds: 5
+/// (decisions.md).
+pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 5;
+/// Upper bound for `control_plane.poll_interval_secs`, in seconds: five
+/// minutes; a gateway polling more rarely runs on a stale configuration, and
+/// the bound catches the default written in milliseconds (5000).
+pub const MAX_POLL_INTERVAL_SECS: u64 = 300;
+/// Default for `control_plane.telemetry_interval_secs`, in seconds: 15
+/// (decisions.md).
+pub const DEFAULT_TELEMETRY_INTERVAL_SECS: u64 = 15;
+/// Upper bound for `control_plane.telemetry_interval_secs`, in seconds: five
+/// minutes; catches the default written in milliseconds (15000).
+pub const MAX_TELEMETRY_INTERVAL_SECS: u64 = 300;
+/// `control_plane.node_id` when it is not written and the host name is not
+/// a valid node id.
+pub const FALLBACK_NODE_ID: &str = "node";
+/// Longest `control_plane.node_id`, in characters.
+pub const MAX_NODE_ID_LEN: usize = 128;
+
 /// The whole file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// `[server]`: listeners and request limits. Default: every field's default.
     #[serde(default)]
     pub server: ServerTable,
     /// `[[providers]]`: upstream engines. Default: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<ProviderTable>,
     /// `[[routes]]`: public model names and where they go. Default: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteTable>,
     /// `[[api_keys]]`: callers of the proxy. Default: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_keys: Vec<ApiKeyTable>,
     /// `[[admin_tokens]]`: callers of the admin API. Default: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub admin_tokens: Vec<AdminTokenTable>,
     /// `[retry]`: failover. Default: every field's default.
     #[serde(default)]
@@ -180,11 +200,11 @@ pub struct ConfigFile {
     pub timeouts: TimeoutsTable,
     /// `[[provider_groups]]`: fleets addressable as `<group-slug>/<model>`.
     /// Default: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provider_groups: Vec<ProviderGroupTable>,
     /// `[[catalog]]`: upstream model prices, read by adaptive (cost) and the
     /// dashboard. Default: none (every model cost-neutral).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub catalog: Vec<CatalogTable>,
     /// `[adaptive_routing]`: the deployment-wide policy of the `adaptive`
     /// strategy. Default: every field's default (switched off).
@@ -204,375 +224,569 @@ pub struct ConfigFile {
     #[serde(default)]
     pub parking: ParkingTable,
 
-    /// `[control_plane]`: not implemented in this version; rejected by
-    /// validation.
-    pub control_plane: Option<toml::Value>,
+    /// `[control_plane]`: where a gateway polls, or a control node's
+    /// database. Required with `server.role = "gateway"` or `"control"`,
+    /// refused with `"standalone"`. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneTable>,
 }
 
 /// `[server]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTable {
     /// Proxy listeners, each "ip:port". Default: `["0.0.0.0:8080"]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<Vec<String>>,
     /// Admin, metrics and control API listener, "ip:port".
     /// Default: "127.0.0.1:9090".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
-    /// "standalone" | "gateway" | "control". Default: "standalone"; only
-    /// "standalone" is available in this version.
+    /// "standalone" (proxy and admin from this file) | "gateway" (proxy and
+    /// admin; everything but `[server]`, `[control_plane]` and
+    /// `[[admin_tokens]]` comes from a control node) | "control" (the control
+    /// API over PostgreSQL). Default: "standalone".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// Largest request body accepted, in bytes; larger bodies get 413.
     /// Default: 33554432 (32 MiB). Must be > 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<u64>,
     /// Whether callers must present an API key; `false` lets anonymous
     /// callers use every route. Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub require_api_key: Option<bool>,
 
     /// `[[server.tls]]`: HTTPS listeners (rustls; HTTP/2 by ALPN).
     /// Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Vec<TlsListenerTable>>,
     /// Networks whose `X-Forwarded-For` chain is kept, each a CIDR
     /// ("10.0.0.0/8", "fd00::/8") or a bare address (one host, /32 or
     /// /128). Default: empty, nobody's chain is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub trusted_proxies: Option<Vec<String>>,
     /// "stdout" | "off" | a file path (appended to, reopened on SIGUSR1;
     /// its directory must exist). Default: "stdout".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<String>,
     /// "json" (one object per line) | "combined" (NCSA combined).
     /// Default: "json".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log_format: Option<String>,
     /// Extension. Longest wait for a client's complete request headers, in
     /// seconds; a slower client is disconnected. Default: 60; 1 to 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub header_read_timeout_secs: Option<u64>,
     /// Extension. How long an idle client connection stays open between
     /// requests, in seconds; 0 = no keep-alive. Default: 60; at most 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive_timeout_secs: Option<u64>,
     /// Extension. Requests served on one client connection before it is
     /// closed; 0 = unlimited. Default: 1000.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive_requests: Option<u32>,
     /// Extension. Client connections open at once, over all listeners;
     /// 0 = unlimited. Default: 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
 }
 
 /// One `[[server.tls]]` entry: an HTTPS listener.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsListenerTable {
     /// "ip:port". Required; not the address of `server.listen`,
     /// `server.admin_listen` or another TLS listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
     /// `[{ cert_path, key_path }, ...]`, chosen by SNI; the first is the
     /// default. Required, non-empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub certificates: Option<Vec<CertificateEntry>>,
 }
 
 /// One entry of `server.tls.certificates`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateEntry {
     /// PEM certificate chain, leaf first. Required; must exist and be
     /// readable.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cert_path: Option<String>,
     /// PEM private key of the leaf. Required; must exist and be readable.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_path: Option<String>,
 }
 
 /// One `[[providers]]` entry: an upstream OpenAI-compatible server.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderTable {
     /// Display name. Required, non-empty, unique.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Identifier in `<slug>/<model>` addresses, metrics and headers;
     /// `^[a-z0-9][a-z0-9-]{0,62}$`, unique. Default: derived from `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub slug: Option<String>,
     /// Server root, `http://host[:port][/prefix]` or `https://...`, without
     /// the trailing `/v1` (rolter adds it). Required. Default port: 80 / 443.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// Name of the environment variable holding the bearer token sent
     /// upstream; it must be set and non-empty. Default: no upstream
     /// credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     /// Path probed for health, starting with '/'. Default: "/v1/models".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub health_path: Option<String>,
     /// How many LoRA adapters the engine holds resident at once: set it to
     /// the engine's vLLM `--max-loras`. `lora_aware` remembers that many
     /// adapters per target. Default: 8; 1 to 1024.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_loras: Option<u64>,
 
     /// PEM bundle of CAs trusted for an `https://` base_url, on top of the
     /// system roots (a private CA). Must exist and be readable. Default:
     /// the system roots only. Warned about on an `http://` provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
     /// Whether an `https://` provider's certificate is verified. Default:
     /// true; false is warned about at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_verify: Option<bool>,
     /// `[providers.kv_events]`: the engine's vLLM KV-cache event stream.
     /// Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_events: Option<KvEventsTable>,
     /// `[providers.lmcache]`: an LMCache occupancy signal. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lmcache: Option<LmcacheTable>,
 }
 
 /// `[providers.kv_events]`: where a vLLM engine started with
 /// `--kv-events-config` publishes (spec/wire-formats.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvEventsTable {
     /// The publisher's endpoint as rolter connects to it,
     /// "tcp://host:port": the engine's host, not its bind address
     /// ("tcp://*:5557"). Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// The replay (ROUTER) endpoint, "tcp://host:port", used to fill gaps.
     /// Default: none, a gap clears the target's state.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_endpoint: Option<String>,
     /// Subscription prefix. Default: "" (every topic).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     /// Tokens per KV block; must equal the engine's `--block-size`.
     /// Default: 16; 1 to 1024.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u64>,
     /// Extension. Data-parallel ranks of the engine: rank r publishes on the
     /// endpoint's port + r (and replays on the replay port + r).
     /// Default: 1; 1 to 64.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data_parallel_size: Option<u64>,
 }
 
 /// `[providers.lmcache]`: an occupancy signal polled in the background.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LmcacheTable {
     /// "http(s)://host[:port][/path][?query]". Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// Extension. "json" (`{"occupancy": <0..1>, "cache_available": <bool>}`)
     /// | "prometheus" (text exposition; see `metric`). Default: "json".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
     /// Extension. Name of the gauge whose value is the occupancy in [0, 1].
     /// Required when `format = "prometheus"`, refused otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
     /// Extension. Time between two polls, in seconds. Default: 2; 1 to
     /// 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval_secs: Option<u64>,
     /// Extension. Age after which a signal is stale (neutral), in seconds.
     /// Default: 10; more than `poll_interval_secs`, at most 86400.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_after_secs: Option<u64>,
 }
 
 /// One `[[routes]]` entry: a public model name and its targets.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteTable {
     /// Public model name clients send. Required, non-empty, unique, and not
     /// a provider slug nor `<provider-slug>/...`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Load-balancing strategy name (load-balancing.md). Default:
     /// "round_robin".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
     /// Where requests for `model` go. Required, non-empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<TargetEntry>>,
 }
 
 /// One entry of `routes.targets`: `{ provider, model?, weight? }`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetEntry {
     /// Provider slug (or name). Required; must name a configured provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// Upstream model name sent to the provider. Default: the route's public
     /// model.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Relative share for strategies that read weights, >= 1. Default: 1.
     /// Written under a strategy that does not read weights, it draws a
     /// warning.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
 }
 
 /// One `[[provider_groups]]` entry: a fleet addressed as
 /// `<group-slug>/<model>`, balanced over its members.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderGroupTable {
     /// Display name. Required, non-empty, unique among groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Identifier in `<slug>/<model>` addresses; same pattern as provider
     /// slugs and unique across providers and groups together.
     /// Default: derived from `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub slug: Option<String>,
     /// Load-balancing strategy over the members (load-balancing.md).
     /// Default: "round_robin".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
     /// The group's providers. Required, non-empty, each provider at most
     /// once.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<Vec<GroupMemberEntry>>,
 }
 
 /// One entry of `provider_groups.members`: `{ provider, model?, weight? }`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupMemberEntry {
     /// Provider slug (or name). Required; must name a configured provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// Upstream model this member serves, sent whatever the caller asked for.
     /// Default: passthrough, the model of the `<group-slug>/<model>` address.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Relative share for strategies that read weights, >= 1. Default: 1.
     /// Written under a strategy that does not read weights, it draws a
     /// warning.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
 }
 
 /// One `[[catalog]]` entry: the price of an upstream model.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogTable {
     /// Upstream model name, as sent to providers. Required, non-empty,
     /// unique.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Price of input (prompt) tokens, in currency units per million tokens.
     /// Required; finite, >= 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input_per_mtok: Option<f64>,
     /// Price of output (completion) tokens, in currency units per million
     /// tokens. Required; finite, >= 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output_per_mtok: Option<f64>,
 }
 
 /// `[adaptive_routing]`: the policy of the `adaptive` strategy, one for the
 /// whole deployment. Weights are relative to each other, not fractions.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveRoutingTable {
     /// Kill switch; off, every adaptive route picks as its fallback stack
     /// would. Default: false.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Weight of observed latency in the blend. Default: 1.0; a negative
     /// value is taken as 0 (with a warning).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_weight: Option<f64>,
     /// Weight of catalog cost in the blend. Default: 0.5; a negative value
     /// is taken as 0 (with a warning).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_weight: Option<f64>,
     /// Weight of in-flight load in the blend. Default: 0.25; a negative
     /// value is taken as 0 (with a warning).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_weight: Option<f64>,
     /// Share of engaged picks made uniformly at random, a fraction.
     /// Default: 0.05; clamped to [0, 0.5] (with a warning).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exploration_ratio: Option<f64>,
     /// Requests a route serves before the blend may engage. Default: 50.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min_samples: Option<u64>,
 }
 
 /// One `[[api_keys]]` entry: a caller of the proxy.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyTable {
     /// Name shown in logs and metrics. Required, non-empty, unique.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Environment variable holding the key; must be set and non-empty.
-    /// Exactly one of `key_env` and `key_sha256`.
+    /// Exactly one of `key_env`, `key_sha256` and `key_salted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
-    /// SHA-256 of the key, 64 hex digits. Exactly one of `key_env` and
-    /// `key_sha256`.
+    /// SHA-256 of the key, 64 hex digits. Exactly one of `key_env`,
+    /// `key_sha256` and `key_salted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_sha256: Option<String>,
+    /// Extension. The salted digest of a key rolter generated
+    /// (`rk-<id>-<secret>`), as the control API stores it. Exactly one of
+    /// `key_env`, `key_sha256` and `key_salted`; no two keys share an id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_salted: Option<SaltedDigestTable>,
     /// Public models this key may use, each a configured route.
     /// Default: empty = all.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
     /// Provider slugs this key may reach. Default: empty = all.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<String>,
 
     /// Requests per minute this key may make on each node; 0 = unlimited.
     /// Default: 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
     /// Requests this key may have in flight at once on each node;
     /// 0 = unlimited. Default: 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
 }
 
 /// One `[[admin_tokens]]` entry: a caller of the admin API.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminTokenTable {
     /// Name shown in logs. Required, non-empty, unique.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Environment variable holding the token; must be set and non-empty.
-    /// Exactly one of `token_env` and `token_sha256`.
+    /// Exactly one of `token_env`, `token_sha256` and `token_salted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token_env: Option<String>,
-    /// SHA-256 of the token, 64 hex digits. Exactly one of `token_env` and
-    /// `token_sha256`.
+    /// SHA-256 of the token, 64 hex digits. Exactly one of `token_env`,
+    /// `token_sha256` and `token_salted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token_sha256: Option<String>,
+    /// Extension. The salted digest of a token rolter generated
+    /// (`rt-<id>-<secret>`), as the control API stores it. Exactly one of
+    /// `token_env`, `token_sha256` and `token_salted`; no two tokens share
+    /// an id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_salted: Option<SaltedDigestTable>,
     /// "viewer" | "admin" | "superadmin". Default: "viewer".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
 }
 
+/// `key_salted` / `token_salted`: the salted digest of a secret rolter
+/// generated, `<prefix>-<id>-<secret>`. Only the digest is kept: SHA-256 of
+/// the salt's bytes followed by the whole key as presented.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaltedDigestTable {
+    /// The id inside the key, 16 lowercase hex digits; it finds the digest
+    /// without hashing once per key. Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The salt, 32 hex digits (16 bytes). Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub salt: Option<String>,
+    /// SHA-256 of salt || key, 64 hex digits. Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl SaltedDigestTable {
+    /// The file form of a salted digest.
+    pub fn of(id: &str, salt: &[u8], sha256: &[u8; 32]) -> Self {
+        SaltedDigestTable {
+            id: Some(id.to_owned()),
+            salt: Some(hex::encode(salt)),
+            sha256: Some(hex::encode(sha256)),
+        }
+    }
+}
+
+impl ApiKeyTable {
+    /// Makes `digest` this key's only secret: `key_sha256` or `key_salted`
+    /// is set, the other two cleared. For documents built from stored keys
+    /// (a key read from `key_env` becomes its digest, which every node can
+    /// check without the variable).
+    pub fn set_digest(&mut self, digest: &super::SecretDigest) {
+        let (sha256, salted) = digest_fields(digest);
+        self.key_env = None;
+        self.key_sha256 = sha256;
+        self.key_salted = salted;
+    }
+}
+
+impl AdminTokenTable {
+    /// Makes `digest` this token's only secret, as
+    /// [`ApiKeyTable::set_digest`] does for a key.
+    pub fn set_digest(&mut self, digest: &super::SecretDigest) {
+        let (sha256, salted) = digest_fields(digest);
+        self.token_env = None;
+        self.token_sha256 = sha256;
+        self.token_salted = salted;
+    }
+}
+
+/// The `*_sha256` and `*_salted` values of a digest.
+fn digest_fields(digest: &super::SecretDigest) -> (Option<String>, Option<SaltedDigestTable>) {
+    match digest {
+        super::SecretDigest::Sha256(sha256) => (Some(hex::encode(sha256)), None),
+        super::SecretDigest::Salted { id, salt, sha256 } => {
+            (None, Some(SaltedDigestTable::of(id, salt, sha256)))
+        }
+    }
+}
+
 /// `[retry]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryTable {
     /// Further attempts on other targets after the first fails before any
     /// byte reached the client. Default: 2; at most 10.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
 }
 
 /// `[timeouts]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeoutsTable {
     /// Upstream TCP (and TLS) connect timeout, in milliseconds. Default: 2000;
     /// must be > 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub connect_ms: Option<u64>,
     /// Time until the upstream's response headers, in seconds. Default: 120;
     /// must be > 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub first_byte_secs: Option<u64>,
     /// Longest gap between two reads of a streaming response, in seconds.
     /// Default: 300; must be > 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_secs: Option<u64>,
 }
 
 /// `[health]`: an active probe per provider, `GET` of its `health_path`.
 /// A provider not yet probed counts as healthy.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthTable {
     /// Whether providers are probed; off, every provider counts as healthy.
     /// Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Time between two probes of one provider, in seconds. Default: 10;
     /// 1 to 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_secs: Option<u64>,
     /// Time a probe may take before it counts as failed, in seconds.
     /// Default: 2; at least 1 and less than `interval_secs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
     /// Consecutive failed probes that mark a provider down. Default: 3;
     /// 1 to 100.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub unhealthy_after: Option<u64>,
     /// Consecutive successful probes that mark a down provider up again.
     /// Default: 2; 1 to 100.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub healthy_after: Option<u64>,
 }
 
 /// `[breaker]`: a circuit breaker per target, fed by real requests.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerTable {
     /// Whether breakers open at all. Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Consecutive failed requests that open a target's breaker.
     /// Default: 5; 1 to 1000.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_threshold: Option<u64>,
     /// How long an open breaker refuses requests before it admits one probe
     /// request (half-open), in seconds. Default: 30; 1 to 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub open_secs: Option<u64>,
 }
 
 /// `[parking]`: a target that answered 429, 408 or 5xx, or failed to
 /// connect, sits out for a while.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ParkingTable {
     /// How long a target is parked when it sent no `Retry-After`, in
     /// seconds. Default: 5; 1 to 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub base_secs: Option<u64>,
     /// The longest a target is parked, whatever its `Retry-After` says, in
     /// seconds. Default: 300; at least `base_secs`, at most 86400.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_secs: Option<u64>,
+}
+
+/// `[control_plane]`: for `role = "gateway"`, the control node to poll; for
+/// `role = "control"`, the database.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlPlaneTable {
+    /// `http(s)://host[:port]` of a control node's admin listener (often
+    /// an L4 balancer in front of several). Required with role "gateway";
+    /// has no effect (warned) with "control".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Environment variable holding the PostgreSQL URL; must be set and
+    /// non-empty. Required with role "control"; has no effect (warned) with
+    /// "gateway".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url_env: Option<String>,
+    /// Environment variable holding the token gateways present to control
+    /// nodes (the same value on every node); must be set and non-empty.
+    /// Required with roles "gateway" and "control".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_token_env: Option<String>,
+    /// This node's name in the fleet, `^[A-Za-z0-9._-]{1,128}$`; sent as
+    /// `x-rolter-node-id`. Default (also for ""): the host name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Extension. Time between two snapshot polls of a gateway, in seconds.
+    /// Default: 5; 1 to 300.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_secs: Option<u64>,
+    /// Extension. Time between two telemetry pushes of a gateway, in
+    /// seconds. Default: 15; 1 to 300.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry_interval_secs: Option<u64>,
 }

@@ -127,6 +127,23 @@ impl<'t> Locator<'t> {
         }
     }
 
+    /// A locator for a document that has no text (a fleet document): it
+    /// locates nothing.
+    pub fn empty() -> Locator<'static> {
+        Locator {
+            text: "",
+            document: None,
+        }
+    }
+
+    /// The top-level keys written in the file (`server`, `providers`, ...),
+    /// in file order; none when the text is not valid TOML.
+    pub fn top_level_keys(&self) -> Vec<&str> {
+        self.document.as_ref().map_or_else(Vec::new, |document| {
+            document.as_table().iter().map(|(key, _)| key).collect()
+        })
+    }
+
     /// The 1-based line where `path` is written, else where its nearest
     /// written parent is; `None` when not even the first segment is written.
     pub fn line_of(&self, path: &str) -> Option<usize> {
@@ -319,6 +336,21 @@ targets = [
         assert_eq!(locator.line_of("server.role"), Some(1));
         assert_eq!(Locator::new("[broken").line_of("server"), None);
         assert_eq!(Locator::new("[broken").path_at(3), None);
+    }
+
+    #[test]
+    fn top_level_keys_are_the_written_sections_in_file_order() {
+        assert_eq!(
+            Locator::new(TEXT).top_level_keys(),
+            ["server", "providers", "routes"]
+        );
+        let dotted = Locator::new("retry.max_retries = 3\n[[api_keys]]\nname = \"k\"\n");
+        assert_eq!(dotted.top_level_keys(), ["retry", "api_keys"]);
+        assert!(Locator::new("[broken").top_level_keys().is_empty());
+        let empty = Locator::empty();
+        assert!(empty.top_level_keys().is_empty());
+        assert_eq!(empty.line_of("server.role"), None);
+        assert_eq!(empty.path_at(0), None);
     }
 
     #[test]

@@ -10,8 +10,10 @@ use super::*;
 mod adaptive;
 mod catalog;
 mod contract;
+mod control_plane;
 mod edge;
 mod eligibility;
+mod fleet;
 mod groups;
 mod keys;
 mod providers;
@@ -160,6 +162,7 @@ fn empty_file_gets_every_default() {
     assert_eq!(config.health, Health::default());
     assert_eq!(config.breaker, Breaker::default());
     assert_eq!(config.parking, Parking::default());
+    assert_eq!(config.control_plane, None);
 }
 
 #[test]
@@ -296,23 +299,17 @@ fn listen_is_kept_as_written() {
 }
 
 #[test]
-fn gateway_and_control_roles_are_not_available_yet() {
-    for role in ["gateway", "control"] {
-        let error = only_error(&format!("[server]\nrole = \"{role}\"\n"));
-        assert_eq!(field(&error), "server.role");
-        assert_eq!(error.line, Some(2));
-        assert!(
-            error.message.starts_with(&format!(
-                "role `{role}` is not available in this version yet"
-            )),
-            "{error}"
-        );
-    }
+fn unknown_role_lists_the_known_ones() {
     let error = only_error("[server]\nrole = \"primary\"\n");
-    assert!(
-        error.message.contains("unknown role \"primary\""),
-        "{error}"
+    assert_eq!(field(&error), "server.role");
+    assert_eq!(error.line, Some(2));
+    assert_eq!(
+        error.message,
+        "unknown role \"primary\" (known: standalone, gateway, control)"
     );
+    // Its control plane is not judged against a role nobody meant.
+    let error = only_error("[server]\nrole = \"primary\"\n\n[control_plane]\nurl = \"http://c\"\n");
+    assert_eq!(field(&error), "server.role");
 }
 
 #[test]

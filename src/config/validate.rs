@@ -11,17 +11,25 @@
 //! is reported the same way into a second list, the warnings, which never
 //! make validation fail.
 //!
+//! Validation serves files and documents alike: a document (a fleet
+//! document, possibly merged into a gateway's file) has no text, so its
+//! locator finds no line, and the one rule about what a gateway's own file
+//! may hold is not applied to it ([`Origin`]).
+//!
 //! One file per part of the file: `providers.rs` (upstream TLS included),
 //! `telemetry.rs` (a provider's KV-event stream and LMCache signal),
 //! `groups.rs` (provider groups), `routes.rs`, `keys.rs` (API keys and admin
 //! tokens), `catalog.rs`, `adaptive.rs`, `eligibility.rs` (`[health]`,
-//! `[breaker]` and `[parking]`) and `edge.rs` (the client-facing part of
-//! `[server]`: TLS listeners, trusted proxies, the access log); the rest of
+//! `[breaker]` and `[parking]`), `edge.rs` (the client-facing part of
+//! `[server]`: TLS listeners, trusted proxies, the access log) and
+//! `control_plane.rs` (`[control_plane]` and what each role requires); the
+//! rest of
 //! `[server]` (connection limits included), `[retry]` and `[timeouts]` and
 //! the shared reporting helpers are here.
 
 mod adaptive;
 mod catalog;
+mod control_plane;
 mod edge;
 mod eligibility;
 mod groups;
@@ -40,10 +48,22 @@ use super::{Config, ConfigError, ConfigErrors, Retry, Role, Server, Timeouts};
 
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// Where what is validated comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// A node's own TOML file, whose locator has its text: a gateway's
+    /// holds only the gateway's own sections.
+    File,
+    /// A deserialized document without text: a fleet document, or a
+    /// gateway's file merged with one.
+    Document,
+}
+
 pub(super) fn validate(
     source: &str,
-    file: ConfigFile,
+    mut file: ConfigFile,
     locator: &Locator<'_>,
+    origin: Origin,
     env: Env<'_>,
 ) -> Result<Config, ConfigErrors> {
     let mut v = Validator {
@@ -53,6 +73,14 @@ pub(super) fn validate(
         errors: Vec::new(),
         warnings: Vec::new(),
     };
+    if origin == Origin::File && file.server.role.as_deref() == Some("gateway") {
+        file = v.gateway_file(file);
+    }
+    // An unknown role has its own error; its control plane is not judged.
+    let role_known = matches!(
+        file.server.role.as_deref(),
+        None | Some("standalone" | "gateway" | "control")
+    );
     let server = v.server(file.server);
     let providers = v.providers(file.providers);
     let groups = v.provider_groups(file.provider_groups, &providers);
@@ -78,10 +106,17 @@ pub(super) fn validate(
     let health = v.health(file.health);
     let breaker = v.breaker(file.breaker);
     let parking = v.parking(file.parking);
-    v.not_implemented("control_plane", "control_plane", &file.control_plane);
+    // Last, where config.md writes it: a document's reports, which have no
+    // line to be sorted by, then come in the order a file's would.
+    let control_plane = if role_known {
+        v.control_plane(server.role, file.control_plane)
+    } else {
+        None
+    };
 
     if !v.errors.is_empty() {
-        // File order; errors without a line (none expected) first.
+        // File order; errors without a line first (a document's have none
+        // and keep the order they were found in: the sort is stable).
         v.errors.sort_by_key(|error| error.line);
         return Err(ConfigErrors(v.errors));
     }
@@ -104,6 +139,7 @@ pub(super) fn validate(
         health,
         breaker,
         parking,
+        control_plane,
         warnings: v.warnings,
     })
 }
@@ -135,19 +171,6 @@ impl Validator<'_> {
     fn warn(&mut self, field: impl Into<String>, message: impl Into<String>) {
         let warning = self.located(field.into(), message.into());
         self.warnings.push(warning);
-    }
-
-    /// Reports a contract field this version does not implement, if set.
-    /// `contract` is its name in config.md, without indices.
-    fn not_implemented(&mut self, field: &str, contract: &str, value: &Option<toml::Value>) {
-        if value.is_some() {
-            self.error(
-                field,
-                format!(
-                    "`{contract}` is part of the rolter.toml contract but is not implemented in this version yet"
-                ),
-            );
-        }
     }
 
     /// A required string field: reports when absent or blank.
@@ -260,17 +283,8 @@ impl Validator<'_> {
         let role_name = table.role.as_deref().unwrap_or(file::DEFAULT_ROLE);
         let role = match role_name {
             "standalone" => Role::Standalone,
-            "gateway" | "control" => {
-                self.error(
-                    "server.role",
-                    format!("role `{role_name}` is not available in this version yet (only \"standalone\" is)"),
-                );
-                if role_name == "gateway" {
-                    Role::Gateway
-                } else {
-                    Role::Control
-                }
-            }
+            "gateway" => Role::Gateway,
+            "control" => Role::Control,
             other => {
                 self.error(
                     "server.role",

@@ -5,15 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::BytesMut;
+use http::Method;
 use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use pingora::upstreams::peer::HttpPeer;
 
 use crate::clock;
 use crate::config::{Lmcache, LmcacheFormat};
+use crate::http_client::Endpoint;
 use crate::state::GatewayState;
 
 /// How often the poller wakes to see which polls are due.
@@ -33,73 +32,34 @@ impl OccupancyPoller {
 
 /// Where one provider's signal is read from.
 struct Source {
-    peer: HttpPeer,
-    request: RequestHeader,
+    endpoint: Endpoint,
     format: LmcacheFormat,
 }
 
 impl Source {
     fn new(lmcache: &Lmcache, timeout: Duration) -> Result<Source, String> {
-        let uri: http::Uri = lmcache.endpoint.parse().map_err(|e| format!("{e}"))?;
-        let tls = uri.scheme_str() == Some("https");
-        let host = uri.host().ok_or("no host")?.to_string();
-        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.trim_matches(['[', ']']), port))
-            .map_err(|e| e.to_string())?
-            .next()
-            .ok_or("no address")?;
-        let mut peer = HttpPeer::new(addr, tls, host.trim_matches(['[', ']']).to_string());
-        peer.options.connection_timeout = Some(timeout);
-        peer.options.read_timeout = Some(timeout);
-        peer.options.write_timeout = Some(timeout);
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut request =
-            RequestHeader::build("GET", path.as_bytes(), None).map_err(|e| e.to_string())?;
-        let authority = uri.authority().map_or(host.clone(), |a| a.to_string());
-        request
-            .insert_header(http::header::HOST, authority)
-            .map_err(|e| e.to_string())?;
         Ok(Source {
-            peer,
-            request,
+            endpoint: Endpoint::new(&lmcache.endpoint, timeout).map_err(|e| e.to_string())?,
             format: lmcache.format.clone(),
         })
     }
 
     /// One poll: the occupancy and whether the cache is available.
     async fn poll(&self, connector: &Connector) -> Result<(f64, bool), String> {
-        let (mut session, _) = connector
-            .get_http_session(&self.peer)
+        let (status, body) = self
+            .endpoint
+            .call(
+                connector,
+                Method::GET,
+                &self.endpoint.path,
+                &[],
+                None,
+                MAX_BODY,
+            )
             .await
             .map_err(|e| e.to_string())?;
-        session.set_read_timeout(self.peer.options.read_timeout);
-        session.set_write_timeout(self.peer.options.write_timeout);
-        session
-            .write_request_header(Box::new(self.request.clone()))
-            .await
-            .map_err(|e| e.to_string())?;
-        session
-            .finish_request_body()
-            .await
-            .map_err(|e| e.to_string())?;
-        session
-            .read_response_header()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = session.response_header().map_or(0, |h| h.status.as_u16());
         if status != 200 {
             return Err(format!("answered {status}"));
-        }
-        let mut body = BytesMut::new();
-        while let Some(chunk) = session
-            .read_response_body()
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            if body.len() + chunk.len() > MAX_BODY {
-                return Err("signal larger than 1 MiB".to_string());
-            }
-            body.extend_from_slice(&chunk);
         }
         let text = std::str::from_utf8(&body).map_err(|_| "signal is not UTF-8".to_string())?;
         match &self.format {

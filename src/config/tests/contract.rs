@@ -1,7 +1,8 @@
-//! config.md's own example: what validates today (provider groups, the
-//! catalog, the adaptive policy, health, breaker and parking, TLS, the
-//! access log, engine telemetry and key limits included), and what says it
-//! is not implemented yet (`[control_plane]`).
+//! config.md's own example: everything in it validates (provider groups,
+//! the catalog, the adaptive policy, health, breaker and parking, TLS, the
+//! access log, engine telemetry, key limits and the control plane
+//! included), except that its `[control_plane]` is refused under its
+//! `role = "standalone"`, which has none.
 
 use rolter_balancer::StrategyKind;
 use sha2::{Digest, Sha256};
@@ -114,15 +115,16 @@ fn contract_example_without_unimplemented_parts_validates() {
     assert_eq!(route.targets[1].weight, 2);
     let key = &config.api_keys[0];
     assert_eq!(
-        key.sha256,
-        <[u8; 32]>::from(Sha256::digest(b"sk-team-alpha"))
+        key.digest,
+        SecretDigest::Sha256(Sha256::digest(b"sk-team-alpha").into())
     );
     assert_eq!(key.models, vec!["qwen-chat".to_string()]);
     assert_eq!(config.admin_tokens[0].role, AdminRole::Superadmin);
     assert_eq!(
-        config.admin_tokens[0].sha256,
-        <[u8; 32]>::from(Sha256::digest(b"admin-secret"))
+        config.admin_tokens[0].digest,
+        SecretDigest::Sha256(Sha256::digest(b"admin-secret").into())
     );
+    assert_eq!(config.control_plane, None);
     assert_eq!(
         config.provider_groups,
         [ProviderGroup {
@@ -298,7 +300,7 @@ const EXAMPLE_KEY: &str = "/etc/rolter/tls/api.key";
 const EXAMPLE_CA: &str = "/etc/ssl/private-ca.pem";
 
 #[test]
-fn contract_example_verbatim_fails_only_on_its_paths_and_the_control_plane() {
+fn contract_example_verbatim_fails_only_on_its_paths_and_its_standalone_control_plane() {
     for path in [EXAMPLE_CERT, EXAMPLE_KEY, EXAMPLE_CA] {
         assert!(
             !std::path::Path::new(path).exists(),
@@ -306,12 +308,12 @@ fn contract_example_verbatim_fails_only_on_its_paths_and_the_control_plane() {
         );
     }
     let errors = parse(FILE, CONTRACT_EXAMPLE_VERBATIM, &env_of(EXAMPLE_ENV))
-        .expect_err("the example's paths do not exist and [control_plane] is not implemented")
+        .expect_err("the example's paths do not exist and a standalone node has no control plane")
         .0;
     let text = CONTRACT_EXAMPLE_VERBATIM;
     let missing =
         |path: &str| format!("cannot read {path:?}: No such file or directory (os error 2)");
-    let not_implemented = "`control_plane` is part of the rolter.toml contract but is not implemented in this version yet".to_owned();
+    let standalone = "a standalone node has no control plane, so this table would be ignored: set server.role = \"gateway\" or \"control\", or remove it".to_owned();
     let mut expected: Vec<(&str, Option<usize>, String)> = vec![
         (
             "server.tls[0].certificates[0].cert_path",
@@ -328,11 +330,7 @@ fn contract_example_verbatim_fails_only_on_its_paths_and_the_control_plane() {
             line(text, "ca_file"),
             missing(EXAMPLE_CA),
         ),
-        (
-            "control_plane",
-            line(text, "[control_plane]"),
-            not_implemented,
-        ),
+        ("control_plane", line(text, "[control_plane]"), standalone),
     ];
     // Until the balancer has cache_aware, the route refuses it too.
     if StrategyKind::from_name("cache_aware").is_none() {
@@ -444,5 +442,97 @@ fn contract_example_with_real_files_validates_every_edge_and_telemetry_field() {
                 "strategy \"cache_aware\" ignores weights; this weight has no effect (strategies that read weights: weighted, pipeline, adaptive)"
             ),
         ]
+    );
+}
+
+/// The example's TLS paths made real, for the role tests below.
+fn example_with_files(files: &TlsFiles) -> String {
+    CONTRACT_EXAMPLE_VERBATIM
+        .replace(EXAMPLE_CERT, &files.cert)
+        .replace(EXAMPLE_KEY, &files.key)
+        .replace(EXAMPLE_CA, &files.ca)
+}
+
+/// config.md's example as a control node's file: everything in it is
+/// allowed, and its control-plane `url` is said to have no effect.
+#[test]
+fn contract_example_as_a_control_node_validates_with_its_database() {
+    let files = tls_files();
+    let text = example_with_files(&files).replace("role = \"standalone\"", "role = \"control\"");
+    let mut env = EXAMPLE_ENV.to_vec();
+    env.extend([
+        ("DATABASE_URL", "postgres://rolter@db/rolter"),
+        ("ROLTER_INTERNAL_TOKEN", "internal-secret"),
+    ]);
+    let config = parse(FILE, &text, &env_of(&env)).unwrap_or_else(|errors| panic!("{errors}"));
+    assert_eq!(config.server.role, Role::Control);
+    let control_plane = config.control_plane.as_ref().expect("a control plane");
+    assert_eq!(control_plane.url, None);
+    assert_eq!(
+        control_plane.database_url.as_deref(),
+        Some("postgres://rolter@db/rolter")
+    );
+    assert_eq!(
+        control_plane.internal_token.as_deref(),
+        Some("internal-secret")
+    );
+    // `node_id = ""`: the host name.
+    assert!(super::control_plane::is_node_id(&control_plane.node_id));
+    assert_eq!(config.providers.len(), 2);
+    let url_warning = config
+        .warnings
+        .iter()
+        .find(|w| field(w) == "control_plane.url")
+        .expect("url warned");
+    assert_eq!(
+        url_warning.line,
+        line(&text, "url = \"http://control:9090\"")
+    );
+    assert_eq!(
+        url_warning.message,
+        "has no effect with role = \"control\": only gateways poll a control node"
+    );
+}
+
+/// config.md's example as a gateway's file: every fleet section is refused,
+/// each at its line; `[server]`, `[control_plane]` and `[[admin_tokens]]`
+/// are not.
+#[test]
+fn contract_example_as_a_gateway_file_refuses_every_fleet_section() {
+    let files = tls_files();
+    let text = example_with_files(&files).replace("role = \"standalone\"", "role = \"gateway\"");
+    let env = env_of(&[
+        ("ROLTER_ADMIN_TOKEN", "admin-secret"),
+        ("ROLTER_INTERNAL_TOKEN", "internal-secret"),
+    ]);
+    let errors = parse(FILE, &text, &env).unwrap_err().0;
+    let got: Vec<(&str, Option<usize>)> = errors.iter().map(|e| (field(e), e.line)).collect();
+    let expected: Vec<(&str, Option<usize>)> = [
+        ("providers", "[[providers]]"),
+        ("routes", "[[routes]]"),
+        ("provider_groups", "[[provider_groups]]"),
+        ("catalog", "[[catalog]]"),
+        ("api_keys", "[[api_keys]]"),
+        ("adaptive_routing", "[adaptive_routing]"),
+        ("health", "[health]"),
+        ("breaker", "[breaker]"),
+        ("parking", "[parking]"),
+        ("retry", "[retry]"),
+        ("timeouts", "[timeouts]"),
+    ]
+    .into_iter()
+    .map(|(field, header)| (field, line(&text, header)))
+    .collect();
+    assert_eq!(got, expected, "{}", ConfigErrors(errors.clone()));
+    assert_eq!(
+        errors[0].to_string(),
+        format!(
+            "conf/rolter.toml:{}: providers: [[providers]] is set on the control node: a gateway takes it from the fleet document, and its own file holds only [server], [control_plane] and [[admin_tokens]]",
+            line(&text, "[[providers]]").unwrap()
+        )
+    );
+    assert_eq!(
+        errors[5].message,
+        "[adaptive_routing] is set on the control node: a gateway takes it from the fleet document, and its own file holds only [server], [control_plane] and [[admin_tokens]]"
     );
 }

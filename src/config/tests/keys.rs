@@ -11,7 +11,10 @@ fn api_key_sha256_is_accepted_and_stored_as_digest() {
         "[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{}\"\n",
         hex::encode_upper(digest)
     );
-    assert_eq!(ok(&text).api_keys[0].sha256, <[u8; 32]>::from(digest));
+    assert_eq!(
+        ok(&text).api_keys[0].digest,
+        SecretDigest::Sha256(digest.into())
+    );
 }
 
 #[test]
@@ -34,7 +37,14 @@ fn api_key_needs_exactly_one_source() {
     let errors = errors(text);
     let got: Vec<(&str, Option<usize>)> = errors.iter().map(|e| (field(e), e.line)).collect();
     assert_eq!(got, [("api_keys[0]", Some(1)), ("api_keys[1]", Some(4))]);
-    assert!(errors[1].message.contains("not both"));
+    assert_eq!(
+        errors[0].message,
+        "set one of key_env, key_sha256 or key_salted"
+    );
+    assert_eq!(
+        errors[1].message,
+        "set exactly one of key_env, key_sha256 and key_salted, not key_env and key_sha256"
+    );
 }
 
 #[test]
@@ -147,8 +157,8 @@ fn admin_token_role_defaults_to_viewer_and_orders_by_privilege() {
     assert_eq!(config.admin_tokens[0].role, AdminRole::Viewer);
     assert_eq!(config.admin_tokens[1].role, AdminRole::Admin);
     assert_eq!(
-        config.admin_tokens[0].sha256,
-        <[u8; 32]>::from(Sha256::digest(b"v-token"))
+        config.admin_tokens[0].digest,
+        SecretDigest::Sha256(Sha256::digest(b"v-token").into())
     );
     assert!(AdminRole::Viewer < AdminRole::Admin && AdminRole::Admin < AdminRole::Superadmin);
     assert!(!format!("{config:?}").contains("a-token"));
@@ -169,4 +179,199 @@ fn admin_token_errors_name_their_fields() {
     );
     assert_eq!(errors[0].message, "environment variable OPS is not set");
     assert!(errors[1].message.contains("unknown role \"root\""));
+}
+
+// ---- salted digests of generated keys -------------------------------------
+
+/// `[[api_keys]]` (or another list) with one salted entry.
+fn salted_entry(list: &str, what: &str, name: &str, id: &str, salt: &str, sha256: &str) -> String {
+    format!(
+        "[[{list}]]\nname = \"{name}\"\n{what}_salted = {{ id = \"{id}\", salt = \"{salt}\", sha256 = \"{sha256}\" }}\n"
+    )
+}
+
+const ID: &str = "0123456789abcdef";
+
+fn salt_hex() -> String {
+    "5a".repeat(SALT_LEN)
+}
+
+fn sha_hex() -> String {
+    "ab".repeat(32)
+}
+
+#[test]
+fn api_key_salted_is_accepted_and_stored_as_a_salted_digest() {
+    let text = salted_entry("api_keys", "key", "k", ID, &salt_hex(), &sha_hex());
+    assert_eq!(
+        ok(&text).api_keys[0].digest,
+        SecretDigest::Salted {
+            id: ID.into(),
+            salt: vec![0x5a; SALT_LEN],
+            sha256: [0xab; 32],
+        }
+    );
+}
+
+#[test]
+fn generated_key_written_with_set_digest_verifies_after_validation() {
+    let (key, digest) = new_secret(API_KEY_PREFIX);
+    let (token, token_digest) = new_secret(ADMIN_TOKEN_PREFIX);
+    let mut document = file::ConfigFile::default();
+    let mut key_table = file::ApiKeyTable {
+        name: Some("generated".into()),
+        key_env: Some("IGNORED".into()),
+        ..Default::default()
+    };
+    key_table.set_digest(&digest);
+    assert_eq!(key_table.key_env, None);
+    document.api_keys.push(key_table);
+    let mut token_table = file::AdminTokenTable {
+        name: Some("dashboard".into()),
+        ..Default::default()
+    };
+    token_table.set_digest(&token_digest);
+    document.admin_tokens.push(token_table);
+
+    let config = parse_document(FILE, &document, &no_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.api_keys[0].digest, digest);
+    assert!(config.api_keys[0].digest.verify(key.as_bytes()));
+    assert!(config.admin_tokens[0].digest.verify(token.as_bytes()));
+    assert!(!config.admin_tokens[0].digest.verify(key.as_bytes()));
+    let shown = format!("{config:?}");
+    assert!(!shown.contains(&key[20..]) && !shown.contains(&token[20..]));
+
+    // A plain digest goes to `*_sha256`.
+    let mut table = file::ApiKeyTable::default();
+    table.set_digest(&SecretDigest::Sha256([7; 32]));
+    assert_eq!(table.key_sha256, Some("07".repeat(32)));
+    assert_eq!(table.key_salted, None);
+}
+
+#[test]
+fn salted_digest_fields_are_required_and_checked() {
+    let text = "[[api_keys]]\nname = \"k\"\nkey_salted = { salt = \"12\", sha256 = \"xyz\" }\n";
+    let errors = errors(text);
+    let got: Vec<(&str, Option<usize>, &str)> = errors
+        .iter()
+        .map(|e| (field(e), e.line, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("api_keys[0].key_salted.id", Some(3), "is required"),
+            (
+                "api_keys[0].key_salted.salt",
+                Some(3),
+                "must be 32 hexadecimal digits (16 bytes of salt); got 2 characters"
+            ),
+            (
+                "api_keys[0].key_salted.sha256",
+                Some(3),
+                "must be 64 hexadecimal digits (the SHA-256 of the salt and the key); got 3 characters, not all hexadecimal"
+            ),
+        ]
+    );
+    for bad_id in [
+        "0123456789ABCDEF",
+        "0123456789abcde",
+        "0123456789abcdef0",
+        "rk-0123456789abcd",
+    ] {
+        let error = only_error(&salted_entry(
+            "api_keys",
+            "key",
+            "k",
+            bad_id,
+            &salt_hex(),
+            &sha_hex(),
+        ));
+        assert_eq!(field(&error), "api_keys[0].key_salted.id");
+        assert_eq!(
+            error.message,
+            format!("{bad_id:?} is not a generated key's id: 16 lowercase hexadecimal digits, the <id> of rk-<id>-<secret>")
+        );
+    }
+    let error = only_error(&salted_entry(
+        "admin_tokens",
+        "token",
+        "t",
+        "x",
+        &salt_hex(),
+        &sha_hex(),
+    ));
+    assert!(
+        error.message.ends_with("the <id> of rt-<id>-<secret>"),
+        "{error}"
+    );
+    let error = only_error("[[api_keys]]\nname = \"k\"\nkey_salted = { id = \"0123456789abcdef\", salt = \"00\", sha256 = \"00\", pepper = \"00\" }\n");
+    assert_eq!(field(&error), "api_keys[0].key_salted.pepper");
+}
+
+#[test]
+fn exactly_one_secret_source_counts_the_salted_one() {
+    let text = format!(
+        "[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{}\"\nkey_salted = {{ id = \"{ID}\", salt = \"{}\", sha256 = \"{}\" }}\n\n[[admin_tokens]]\nname = \"t\"\ntoken_env = \"T\"\ntoken_sha256 = \"{}\"\ntoken_salted = {{ id = \"{ID}\" }}\n",
+        "0".repeat(64), salt_hex(), sha_hex(), "0".repeat(64)
+    );
+    let errors = errors(&text);
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (field(e), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "api_keys[0]",
+                "set exactly one of key_env, key_sha256 and key_salted, not key_sha256 and key_salted"
+            ),
+            (
+                "admin_tokens[0]",
+                "set exactly one of token_env, token_sha256 and token_salted, not token_env and token_sha256 and token_salted"
+            ),
+        ]
+    );
+    let error = only_error("[[admin_tokens]]\nname = \"t\"\n");
+    assert_eq!(
+        error.message,
+        "set one of token_env, token_sha256 or token_salted"
+    );
+}
+
+#[test]
+fn salted_ids_are_unique_within_a_list() {
+    let other_salt = "01".repeat(SALT_LEN);
+    let text = [
+        salted_entry("api_keys", "key", "a", ID, &salt_hex(), &sha_hex()),
+        salted_entry("api_keys", "key", "b", ID, &other_salt, &"cd".repeat(32)),
+        salted_entry("admin_tokens", "token", "t", ID, &salt_hex(), &sha_hex()),
+        salted_entry("admin_tokens", "token", "u", ID, &other_salt, &sha_hex()),
+    ]
+    .join("\n");
+    let errors = errors(&text);
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (field(e), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "api_keys[1].key_salted.id",
+                "id \"0123456789abcdef\" is already used by api_keys[0]; every generated key has its own id"
+            ),
+            (
+                "admin_tokens[1].token_salted.id",
+                "id \"0123456789abcdef\" is already used by admin_tokens[0]; every generated token has its own id"
+            ),
+        ]
+    );
+    // An API key and an admin token may share an id: their prefixes differ.
+    let text = [
+        salted_entry("api_keys", "key", "a", ID, &salt_hex(), &sha_hex()),
+        salted_entry("admin_tokens", "token", "t", ID, &salt_hex(), &sha_hex()),
+    ]
+    .join("\n");
+    assert_eq!(ok(&text).admin_tokens[0].digest.id(), Some(ID));
 }

@@ -121,6 +121,23 @@ const TOKENS: &[&str] = &[
     "max_concurrent",
     "keepalive_timeout_secs",
     "header_read_timeout_secs",
+    "control_plane",
+    "\"gateway\"",
+    "\"control\"",
+    "url",
+    "\"http://control:9090\"",
+    "database_url_env",
+    "internal_token_env",
+    "\"TOKEN\"",
+    "node_id",
+    "poll_interval_secs",
+    "key_salted",
+    "token_salted",
+    "admin_tokens",
+    "id",
+    "salt",
+    "sha256",
+    "\"0123456789abcdef\"",
 ];
 
 fn check_never_panics(text: &str) {
@@ -211,6 +228,34 @@ fn check_never_panics(text: &str) {
             let breaker = &config.breaker;
             assert!((1..=1000).contains(&breaker.failure_threshold));
             assert!((1..=3600).contains(&breaker.open.as_secs()), "{breaker:?}");
+            assert_eq!(
+                config.control_plane.is_some(),
+                config.server.role != Role::Standalone
+            );
+            if let Some(control_plane) = &config.control_plane {
+                assert!(control_plane
+                    .internal_token
+                    .as_ref()
+                    .is_some_and(|t| !t.is_empty()));
+                assert_eq!(
+                    control_plane.url.is_some(),
+                    config.server.role == Role::Gateway
+                );
+                assert_eq!(
+                    control_plane.database_url.is_some(),
+                    config.server.role == Role::Control
+                );
+                assert!(super::control_plane::is_node_id(&control_plane.node_id));
+                for interval in [
+                    control_plane.poll_interval,
+                    control_plane.telemetry_interval,
+                ] {
+                    assert!((1..=300).contains(&interval.as_secs()), "{control_plane:?}");
+                }
+            }
+            if config.server.role == Role::Gateway {
+                assert!(config.providers.is_empty() && config.routes.is_empty());
+            }
             let parking = &config.parking;
             assert!(parking.base >= Duration::from_secs(1) && parking.base <= parking.max);
             assert!(parking.max <= Duration::from_secs(86_400), "{parking:?}");

@@ -1,13 +1,20 @@
-//! `[[api_keys]]` and `[[admin_tokens]]`: callers, stored as SHA-256
-//! digests only. A key's `rpm` and `max_concurrent` are any `u32`, 0
-//! meaning unlimited; TOML's type check refuses the rest.
+//! `[[api_keys]]` and `[[admin_tokens]]`: callers, stored as digests only
+//! (`secret.rs`): a plain SHA-256 from `*_env` or `*_sha256`, or the salted
+//! digest of a generated key from `*_salted`. Within one list no two plain
+//! digests are equal and no two salted ones share an id (the id is how a
+//! presented key finds its digest). A key's `rpm` and `max_concurrent` are
+//! any `u32`, 0 meaning unlimited; TOML's type check refuses the rest.
 
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
 use super::super::file;
-use super::super::{AdminRole, AdminToken, ApiKey};
+use super::super::secret::is_secret_id;
+use super::super::{
+    AdminRole, AdminToken, ApiKey, SecretDigest, ADMIN_TOKEN_PREFIX, API_KEY_PREFIX, SALT_LEN,
+    SECRET_ID_LEN,
+};
 use super::providers::{known_providers, resolve_provider, ProviderEntry};
 use super::Validator;
 
@@ -37,48 +44,206 @@ fn unknown_model(model: &str, route_models: &[String], group_slugs: &[String]) -
     format!("unknown model {model:?}: not a route's model nor a provider group's slug ({known})")
 }
 
+/// What a key or token is called in messages, and its fields' prefix.
+#[derive(Clone, Copy)]
+struct Secret {
+    /// "key" | "token": `{what}_env`, `{what}_sha256`, `{what}_salted`.
+    what: &'static str,
+    /// The prefix of generated ones, for messages.
+    prefix: &'static str,
+}
+
+const KEY: Secret = Secret {
+    what: "key",
+    prefix: API_KEY_PREFIX,
+};
+const TOKEN: Secret = Secret {
+    what: "token",
+    prefix: ADMIN_TOKEN_PREFIX,
+};
+
+/// The sources a table gives for its secret.
+struct Sources {
+    env: Option<String>,
+    sha256: Option<String>,
+    salted: Option<file::SaltedDigestTable>,
+}
+
+impl Sources {
+    /// The field of the source given, for a duplicate's message.
+    fn field(&self, secret: Secret) -> String {
+        let what = secret.what;
+        if self.env.is_some() {
+            format!("{what}_env")
+        } else if self.sha256.is_some() {
+            format!("{what}_sha256")
+        } else {
+            format!("{what}_salted.id")
+        }
+    }
+}
+
+/// Tracks the secrets seen in one list, for duplicates.
+#[derive(Default)]
+struct Seen {
+    digests: HashMap<[u8; 32], usize>,
+    ids: HashMap<String, usize>,
+}
+
 impl Validator<'_> {
-    /// The digest of a key or token given either through `{what}_env` or
-    /// `{what}_sha256`, exactly one of them.
-    fn digest(
+    /// `n` hex digits at `field` as bytes; an error naming the field
+    /// otherwise. `what` says what they are.
+    fn hex_field(
         &mut self,
-        table: &str,
+        field: &str,
+        written: Option<String>,
+        n: usize,
         what: &str,
-        from_env: Option<String>,
-        sha256: Option<String>,
-    ) -> Option<[u8; 32]> {
-        match (from_env, sha256) {
-            (Some(_), Some(_)) => {
+    ) -> Option<Vec<u8>> {
+        let written = self.required(field, written)?;
+        let trimmed = written.trim();
+        match hex::decode(trimmed) {
+            Ok(bytes) if bytes.len() * 2 == n => Some(bytes),
+            _ => {
                 self.error(
-                    table,
-                    format!("set exactly one of {what}_env and {what}_sha256, not both"),
+                    field,
+                    format!(
+                        "must be {n} hexadecimal digits ({what}); got {} characters{}",
+                        written.chars().count(),
+                        if trimmed.chars().all(|c| c.is_ascii_hexdigit()) {
+                            ""
+                        } else {
+                            ", not all hexadecimal"
+                        }
+                    ),
                 );
                 None
             }
-            (None, None) => {
-                self.error(table, format!("set one of {what}_env or {what}_sha256"));
+        }
+    }
+
+    /// The digest of a key or token given through exactly one of
+    /// `{what}_env`, `{what}_sha256` and `{what}_salted`.
+    fn digest(&mut self, table: &str, secret: Secret, sources: &Sources) -> Option<SecretDigest> {
+        let what = secret.what;
+        let given: Vec<String> = [
+            sources.env.is_some().then(|| format!("{what}_env")),
+            sources.sha256.is_some().then(|| format!("{what}_sha256")),
+            sources.salted.is_some().then(|| format!("{what}_salted")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match given.len() {
+            0 => {
+                self.error(
+                    table,
+                    format!("set one of {what}_env, {what}_sha256 or {what}_salted"),
+                );
+                return None;
+            }
+            1 => {}
+            _ => {
+                self.error(
+                    table,
+                    format!(
+                        "set exactly one of {what}_env, {what}_sha256 and {what}_salted, not {}",
+                        given.join(" and ")
+                    ),
+                );
+                return None;
+            }
+        }
+        if let Some(var) = &sources.env {
+            let value = self.secret(&format!("{table}.{what}_env"), var)?;
+            return Some(SecretDigest::Sha256(
+                Sha256::digest(value.as_bytes()).into(),
+            ));
+        }
+        if let Some(hex_digest) = &sources.sha256 {
+            let field = format!("{table}.{what}_sha256");
+            let digest = self.hex_field(
+                &field,
+                Some(hex_digest.clone()),
+                64,
+                &format!("the SHA-256 of the {what}"),
+            )?;
+            return Some(SecretDigest::Sha256(digest.try_into().ok()?));
+        }
+        let salted = sources.salted.as_ref()?;
+        let at = |field: &str| format!("{table}.{what}_salted.{field}");
+        let id = self.required(&at("id"), salted.id.clone()).and_then(|id| {
+            if is_secret_id(id.as_bytes()) {
+                Some(id)
+            } else {
+                self.error(
+                    at("id"),
+                    format!(
+                        "{id:?} is not a generated {what}'s id: {SECRET_ID_LEN} lowercase hexadecimal digits, the <id> of {}-<id>-<secret>",
+                        secret.prefix
+                    ),
+                );
                 None
             }
-            (Some(var), None) => {
-                let secret = self.secret(&format!("{table}.{what}_env"), &var)?;
-                Some(Sha256::digest(secret.as_bytes()).into())
-            }
-            (None, Some(hex_digest)) => {
-                let mut digest = [0u8; 32];
-                if hex::decode_to_slice(hex_digest.trim(), &mut digest).is_ok() {
-                    Some(digest)
-                } else {
-                    self.error(
-                        format!("{table}.{what}_sha256"),
-                        format!(
-                            "must be 64 hexadecimal digits (the SHA-256 of the {what}); got {} characters{}",
-                            hex_digest.chars().count(),
-                            if hex_digest.chars().all(|c| c.is_ascii_hexdigit()) { "" } else { ", not all hexadecimal" }
-                        ),
-                    );
-                    None
+        });
+        let salt = self.hex_field(
+            &at("salt"),
+            salted.salt.clone(),
+            2 * SALT_LEN,
+            &format!("{SALT_LEN} bytes of salt"),
+        );
+        let sha256 = self.hex_field(
+            &at("sha256"),
+            salted.sha256.clone(),
+            64,
+            &format!("the SHA-256 of the salt and the {what}"),
+        );
+        Some(SecretDigest::Salted {
+            id: id?,
+            salt: salt?,
+            sha256: sha256?.try_into().ok()?,
+        })
+    }
+
+    /// Reports a secret already used by entry `j` of the same list.
+    fn duplicate(
+        &mut self,
+        here: &str,
+        secret: Secret,
+        sources: &Sources,
+        digest: &SecretDigest,
+        seen: &mut Seen,
+        i: usize,
+    ) {
+        let list = if secret.what == "key" {
+            "api_keys"
+        } else {
+            "admin_tokens"
+        };
+        let field = format!("{here}.{}", sources.field(secret));
+        match digest {
+            SecretDigest::Sha256(sha256) => match seen.digests.get(sha256) {
+                Some(j) => {
+                    let message = if secret.what == "key" {
+                        format!("the same key as api_keys[{j}]; every caller needs its own key")
+                    } else {
+                        format!("the same token as admin_tokens[{j}]; a token must identify one caller")
+                    };
+                    self.error(field, message);
                 }
-            }
+                None => {
+                    seen.digests.insert(*sha256, i);
+                }
+            },
+            SecretDigest::Salted { id, .. } => match seen.ids.get(id) {
+                Some(j) => self.error(
+                    field,
+                    format!("id {id:?} is already used by {list}[{j}]; every generated {} has its own id", secret.what),
+                ),
+                None => {
+                    seen.ids.insert(id.clone(), i);
+                }
+            },
         }
     }
 
@@ -91,7 +256,7 @@ impl Validator<'_> {
     ) -> Vec<ApiKey> {
         let mut keys: Vec<ApiKey> = Vec::with_capacity(tables.len());
         let mut names: HashMap<String, usize> = HashMap::new();
-        let mut digests: HashMap<[u8; 32], usize> = HashMap::new();
+        let mut seen = Seen::default();
         for (i, table) in tables.into_iter().enumerate() {
             let here = format!("api_keys[{i}]");
             let errors_before = self.errors.len();
@@ -108,18 +273,14 @@ impl Validator<'_> {
                 }
             }
 
-            let env_given = table.key_env.is_some();
-            let sha256 = self.digest(&here, "key", table.key_env, table.key_sha256);
-            if let Some(digest) = sha256 {
-                if let Some(j) = digests.get(&digest) {
-                    let field = if env_given { "key_env" } else { "key_sha256" };
-                    self.error(
-                        format!("{here}.{field}"),
-                        format!("the same key as api_keys[{j}]; every caller needs its own key"),
-                    );
-                } else {
-                    digests.insert(digest, i);
-                }
+            let sources = Sources {
+                env: table.key_env,
+                sha256: table.key_sha256,
+                salted: table.key_salted,
+            };
+            let digest = self.digest(&here, KEY, &sources);
+            if let Some(digest) = &digest {
+                self.duplicate(&here, KEY, &sources, digest, &mut seen, i);
             }
 
             for (k, model) in table.models.iter().enumerate() {
@@ -147,11 +308,11 @@ impl Validator<'_> {
                 }
             }
 
-            if let (Some(name), Some(sha256)) = (name, sha256) {
+            if let (Some(name), Some(digest)) = (name, digest) {
                 if self.errors.len() == errors_before {
                     keys.push(ApiKey {
                         name,
-                        sha256,
+                        digest,
                         models: table.models,
                         providers: allowed_providers,
                         rpm: table.rpm.unwrap_or(file::DEFAULT_RPM),
@@ -168,7 +329,7 @@ impl Validator<'_> {
     pub(super) fn admin_tokens(&mut self, tables: Vec<file::AdminTokenTable>) -> Vec<AdminToken> {
         let mut tokens: Vec<AdminToken> = Vec::with_capacity(tables.len());
         let mut names: HashMap<String, usize> = HashMap::new();
-        let mut digests: HashMap<[u8; 32], usize> = HashMap::new();
+        let mut seen = Seen::default();
         for (i, table) in tables.into_iter().enumerate() {
             let here = format!("admin_tokens[{i}]");
             let errors_before = self.errors.len();
@@ -185,24 +346,14 @@ impl Validator<'_> {
                 }
             }
 
-            let env_given = table.token_env.is_some();
-            let sha256 = self.digest(&here, "token", table.token_env, table.token_sha256);
-            if let Some(digest) = sha256 {
-                if let Some(j) = digests.get(&digest) {
-                    let field = if env_given {
-                        "token_env"
-                    } else {
-                        "token_sha256"
-                    };
-                    self.error(
-                        format!("{here}.{field}"),
-                        format!(
-                            "the same token as admin_tokens[{j}]; a token must identify one caller"
-                        ),
-                    );
-                } else {
-                    digests.insert(digest, i);
-                }
+            let sources = Sources {
+                env: table.token_env,
+                sha256: table.token_sha256,
+                salted: table.token_salted,
+            };
+            let digest = self.digest(&here, TOKEN, &sources);
+            if let Some(digest) = &digest {
+                self.duplicate(&here, TOKEN, &sources, digest, &mut seen, i);
             }
 
             let role = match table.role.as_deref().unwrap_or(file::DEFAULT_ADMIN_ROLE) {
@@ -218,9 +369,9 @@ impl Validator<'_> {
                 }
             };
 
-            if let (Some(name), Some(sha256), Some(role)) = (name, sha256, role) {
+            if let (Some(name), Some(digest), Some(role)) = (name, digest, role) {
                 if self.errors.len() == errors_before {
-                    tokens.push(AdminToken { name, sha256, role });
+                    tokens.push(AdminToken { name, digest, role });
                 }
             }
         }

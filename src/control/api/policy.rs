@@ -1,0 +1,104 @@
+//! `GET`/`PUT /api/v1/adaptive-routing-policy` (superadmin only): the
+//! deployment-wide `[adaptive_routing]` policy (load-balancing.md,
+//! "Adaptive routing"). A change is validated with the whole document like
+//! any other write, stored sanitized, audited as
+//! `adaptive_routing_policy.update`, and answered with the routes and
+//! provider groups it reaches (those on the `adaptive` strategy). An
+//! all-zero blend is refused outright: switching adaptive routing off is
+//! what `enabled = false` is for.
+
+use http::{Method, StatusCode};
+use rolter_balancer::StrategyKind;
+use serde_json::{json, Value};
+
+use super::resources::{begin, parse_body, validate};
+use super::response::{method_not_allowed, problem, store_error, unprocessable, ApiResponse};
+use super::{require, ApiContext, Caller};
+use crate::config::file::AdaptiveRoutingTable;
+use crate::config::AdminRole;
+use crate::control::store::{sanitize_policy, StoredPolicy};
+
+pub(super) async fn endpoint(
+    ctx: &ApiContext,
+    method: &Method,
+    path: &str,
+    caller: &Caller,
+    body: &[u8],
+) -> ApiResponse {
+    if let Err(refusal) = require(caller, AdminRole::Superadmin) {
+        return refusal;
+    }
+    let result = match *method {
+        Method::GET => ctx
+            .store
+            .get_policy()
+            .await
+            .map(|stored| ApiResponse::json(StatusCode::OK, view(&stored)))
+            .map_err(store_error),
+        Method::PUT => put(ctx, caller, body).await,
+        _ => Err(method_not_allowed(method, path)),
+    };
+    result.unwrap_or_else(|refusal| refusal)
+}
+
+async fn put(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> Result<ApiResponse, ApiResponse> {
+    let table: AdaptiveRoutingTable = parse_body(body)?;
+    let sanitized = sanitize_policy(&table);
+    let weights = [
+        sanitized.latency_weight,
+        sanitized.cost_weight,
+        sanitized.load_weight,
+    ];
+    if weights.iter().all(|weight| *weight == Some(0.0)) {
+        return Err(unprocessable(
+            "adaptive_routing",
+            "latency_weight, cost_weight and load_weight are all zero (or negative): such a blend ranks nothing; to stop adaptive routing set enabled = false",
+        ));
+    }
+
+    let mut write = begin(ctx, caller).await?;
+    let mut candidate = write.document().await.map_err(store_error)?;
+    // As written, so the validator refuses what is not a number and warns
+    // about what sanitizing changes.
+    candidate.adaptive_routing = table.clone();
+    let config = validate(ctx, candidate).await?;
+    let stored = write.put_policy(&table).await.map_err(store_error)?;
+    let version = write.commit().await.map_err(store_error)?;
+
+    let affected_routes: Vec<&str> = config
+        .routes
+        .iter()
+        .filter(|route| route.strategy == StrategyKind::Adaptive)
+        .map(|route| route.model.as_str())
+        .collect();
+    let affected_groups: Vec<&str> = config
+        .provider_groups
+        .iter()
+        .filter(|group| group.strategy == StrategyKind::Adaptive)
+        .map(|group| group.slug.as_str())
+        .collect();
+    let mut answer = view(&stored);
+    if let Some(object) = answer.as_object_mut() {
+        object.insert("version".to_owned(), Value::from(version));
+        object.insert("affected_routes".to_owned(), json!(affected_routes));
+        object.insert(
+            "affected_provider_groups".to_owned(),
+            json!(affected_groups),
+        );
+        if !config.warnings.is_empty() {
+            object.insert(
+                "warnings".to_owned(),
+                config.warnings.iter().map(problem).collect(),
+            );
+        }
+    }
+    Ok(ApiResponse::json(StatusCode::OK, answer))
+}
+
+fn view(stored: &StoredPolicy) -> Value {
+    json!({
+        "data": stored.policy,
+        "updated_at": stored.updated_at,
+        "updated_by": stored.updated_by,
+    })
+}

@@ -1,0 +1,303 @@
+//! The control plane's HTTP surface on the admin listener.
+//!
+//! - `/internal/snapshot`, `/internal/adaptive-telemetry`: control nodes only,
+//!   for gateways, with the internal token and `x-rolter-node-id`.
+//! - `/api/v1/...`: the control API on control nodes. On every node the
+//!   adaptive-routing policy, the adaptive-routing telemetry and the cluster
+//!   inventory answer; a standalone or gateway node answers them from the
+//!   running process (a policy PUT is refused: the policy is managed in
+//!   rolter.toml, or by the control node).
+
+use std::sync::Arc;
+
+use http::{header, Method, StatusCode};
+use pingora::protocols::http::ServerSession;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use super::api::{ApiResponse, Caller, API_PREFIX};
+use super::node::ControlNode;
+use super::store::NodeReport;
+use super::telemetry::{self, PolicyView, TelemetryPush, NODE_ID_HEADER};
+use crate::auth::bearer_token;
+use crate::config::{AdminRole, Role};
+use crate::state::GatewayState;
+
+/// The most of a request body the control API reads.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Answers `path` if it is the control plane's; `None` otherwise.
+pub async fn serve(
+    state: &Arc<GatewayState>,
+    control: Option<&ControlNode>,
+    session: &mut ServerSession,
+) -> Option<(StatusCode, Vec<u8>)> {
+    let path = session.req_header().uri.path().to_string();
+    let method = session.req_header().method.clone();
+    if let Some(internal) = path.strip_prefix("/internal/") {
+        return Some(match control {
+            Some(control) => internal_call(state, control, session, &method, internal).await,
+            None => error(
+                StatusCode::NOT_FOUND,
+                "internal endpoints are served by control nodes",
+            ),
+        });
+    }
+    if !path.starts_with(API_PREFIX) {
+        return None;
+    }
+    let caller = caller(state, session);
+    let body = match read_body(session).await {
+        Ok(body) => body,
+        Err(e) => return Some(error(StatusCode::BAD_REQUEST, &e)),
+    };
+    let query = session.req_header().uri.query().map(str::to_string);
+    let resource = &path[API_PREFIX.len()..];
+    let needed = match resource {
+        "adaptive-routing-policy" if control.is_none() => Some(AdminRole::Superadmin),
+        "adaptive-routing-telemetry" => Some(AdminRole::Superadmin),
+        "cluster/nodes" => Some(AdminRole::Viewer),
+        // The control API checks roles itself; elsewhere there is nothing else.
+        _ => None,
+    };
+    if let Some(refusal) = needed.and_then(|role| needs(caller.as_ref(), role)) {
+        return Some(refusal);
+    }
+    let response = match (resource, control) {
+        ("adaptive-routing-telemetry", _) if method != Method::GET => method_not_allowed(),
+        ("adaptive-routing-telemetry", Some(control)) => match control.telemetry().await {
+            Ok(body) => ok(body),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
+        },
+        ("adaptive-routing-telemetry", None) => ok(local_telemetry(state)),
+        ("cluster/nodes", _) if method != Method::GET => method_not_allowed(),
+        ("cluster/nodes", Some(control)) => match control.nodes().await {
+            Ok(body) => ok(body),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
+        },
+        ("cluster/nodes", None) => ok(local_node(state)),
+        (_, Some(control)) => {
+            let response = control
+                .api(&method, &path, query.as_deref(), caller.as_ref(), &body)
+                .await;
+            (response.status, response.body_bytes())
+        }
+        ("adaptive-routing-policy", None) => match method {
+            Method::GET => ok(json!({
+                "policy": PolicyView::from(state.snapshot().config.adaptive_routing),
+                "managed_by": managed_by(state),
+            })),
+            Method::PUT => error(
+                StatusCode::CONFLICT,
+                &format!(
+                    "the adaptive-routing policy of this node is managed by {}: change it there",
+                    managed_by(state)
+                ),
+            ),
+            _ => method_not_allowed(),
+        },
+        (_, None) => error(
+            StatusCode::NOT_FOUND,
+            "the control API is served by control nodes (role = \"control\"); this node's configuration comes from rolter.toml or its control node",
+        ),
+    };
+    Some(response)
+}
+
+fn managed_by(state: &GatewayState) -> &'static str {
+    match state.snapshot().config.server.role {
+        Role::Gateway => "the control node",
+        _ => "rolter.toml",
+    }
+}
+
+async fn internal_call(
+    state: &GatewayState,
+    control: &ControlNode,
+    session: &mut ServerSession,
+    method: &Method,
+    path: &str,
+) -> (StatusCode, Vec<u8>) {
+    if !internal_token_ok(state, session) {
+        return error(StatusCode::UNAUTHORIZED, "the internal token is required");
+    }
+    let Some(node_id) = session
+        .req_header()
+        .headers
+        .get(NODE_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_string)
+    else {
+        return error(StatusCode::BAD_REQUEST, "x-rolter-node-id is required");
+    };
+    match (method, path) {
+        (&Method::GET, "snapshot") => {
+            let have = session.req_header().uri.query().and_then(|q| {
+                q.split('&')
+                    .find_map(|p| p.strip_prefix("version="))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|v| *v > 0)
+            });
+            let report = NodeReport {
+                node_id,
+                role: "gateway".to_string(),
+                config_version: have,
+                address: session.client_addr().map(|a| a.to_string()),
+                software_version: session
+                    .req_header()
+                    .headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+            };
+            let (status, body) = control.snapshot_for(report).await;
+            (status, body.to_vec())
+        }
+        (&Method::POST, "adaptive-telemetry") => {
+            let body = match read_body(session).await {
+                Ok(body) => body,
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+            };
+            match serde_json::from_slice::<TelemetryPush>(&body) {
+                Ok(push) => match control.record_telemetry(&node_id, push).await {
+                    Ok(()) => (StatusCode::NO_CONTENT, Vec::new()),
+                    Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
+                },
+                Err(e) => error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("unreadable telemetry: {e}"),
+                ),
+            }
+        }
+        _ => error(StatusCode::NOT_FOUND, "no such internal endpoint"),
+    }
+}
+
+fn internal_token_ok(state: &GatewayState, session: &ServerSession) -> bool {
+    let snapshot = state.snapshot();
+    let Some(expected) = snapshot
+        .config
+        .control_plane
+        .as_ref()
+        .and_then(|c| c.internal_token.as_deref())
+    else {
+        return false;
+    };
+    session
+        .req_header()
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()))
+        .is_some_and(|token| bool::from(token.ct_eq(expected.as_bytes())))
+}
+
+fn caller(state: &GatewayState, session: &ServerSession) -> Option<Caller> {
+    let token = session
+        .req_header()
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()))?;
+    let snapshot = state.snapshot();
+    let (name, role) = snapshot.admin_tokens.authenticate(token)?;
+    Some(Caller {
+        name: name.to_string(),
+        role,
+    })
+}
+
+/// `Some(refusal)` unless `caller` has `role` or above.
+fn needs(caller: Option<&Caller>, role: AdminRole) -> Option<(StatusCode, Vec<u8>)> {
+    match caller {
+        None => Some(ApiResponse::unauthorized(
+            "an admin token is required: send `Authorization: Bearer <token>`",
+        ))
+        .map(|r| (r.status, r.body_bytes())),
+        Some(c) if c.role < role => Some(error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "admin token `{}` has role {}; this needs {} or above",
+                c.name,
+                c.role.as_str(),
+                role.as_str()
+            ),
+        )),
+        Some(_) => None,
+    }
+}
+
+async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(format!("request body larger than {MAX_BODY} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(format!("reading the request body: {e}")),
+        }
+    }
+}
+
+/// This node's own telemetry, in the control node's shape.
+fn local_telemetry(state: &GatewayState) -> serde_json::Value {
+    let snapshot = state.snapshot();
+    let node_id = node_id(state);
+    json!({
+        "routes": telemetry::sample(&snapshot)
+            .into_iter()
+            .map(|route| {
+                let mut entry = serde_json::to_value(&route).unwrap_or_default();
+                if let Some(object) = entry.as_object_mut() {
+                    object.remove("model");
+                    object.insert("node_id".into(), json!(node_id));
+                }
+                json!({ "model": route.model, "nodes": [entry] })
+            })
+            .collect::<Vec<_>>()
+    })
+}
+
+fn node_id(state: &GatewayState) -> String {
+    state
+        .snapshot()
+        .config
+        .control_plane
+        .as_ref()
+        .map_or_else(|| "standalone".to_string(), |c| c.node_id.clone())
+}
+
+fn local_node(state: &GatewayState) -> serde_json::Value {
+    let snapshot = state.snapshot();
+    json!({
+        "nodes": [{
+            "node_id": node_id(state),
+            "role": snapshot.config.server.role.as_str(),
+            "config_version": snapshot.version,
+            "software_version": format!("rolter/{}", env!("CARGO_PKG_VERSION")),
+        }],
+        "config_version": snapshot.version,
+    })
+}
+
+fn ok(body: serde_json::Value) -> (StatusCode, Vec<u8>) {
+    (
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
+
+fn method_not_allowed() -> (StatusCode, Vec<u8>) {
+    error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+}
+
+fn error(status: StatusCode, message: &str) -> (StatusCode, Vec<u8>) {
+    (
+        status,
+        serde_json::to_vec(&json!({ "error": { "message": message, "code": status.as_u16() } }))
+            .unwrap_or_default(),
+    )
+}

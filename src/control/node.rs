@@ -1,0 +1,335 @@
+//! A control node: the fleet's configuration in PostgreSQL plus the rows of
+//! its own rolter.toml, published to gateways as one fleet document.
+//!
+//! The fleet document is the file types (`config::file::ConfigFile`) as JSON:
+//! providers, routes, groups, catalog and API keys from rolter.toml (read-only
+//! in the API) followed by the database's; the adaptive-routing policy and
+//! admin tokens from the database; retry, timeouts, health, breaker and
+//! parking from rolter.toml. API keys travel as digests, never as the names of
+//! environment variables only the control node has. The control node installs
+//! the same document as its own snapshot, so its admin API sees what the
+//! gateways see.
+//!
+//! Its version is the database's configuration version plus the number of
+//! reloads of rolter.toml: it grows with every change of either.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use super::api::{self, ApiContext, ApiResponse, Caller, FileManaged};
+use super::store::{NodeReport, Store};
+use super::telemetry::TelemetryPush;
+use crate::config::file::{AdaptiveRoutingTable, ConfigFile};
+use crate::config::{self, Config, ConfigErrors};
+use crate::state::{GatewayState, LoadError, Reloaded};
+
+/// Telemetry older than this is not current and is left out of answers.
+pub const TELEMETRY_CURRENT_SECS: i64 = 60;
+/// Telemetry rows older than this are deleted (a scaled-down node leaves).
+pub const TELEMETRY_PRUNE_SECS: i64 = 3600;
+/// Actor of policy writes seeded from rolter.toml.
+const FILE_ACTOR: &str = "rolter.toml";
+
+/// The published fleet document.
+struct Published {
+    version: u64,
+    /// `{"version": N, "document": {...}}`, what gateways receive.
+    body: Bytes,
+}
+
+pub struct ControlNode {
+    state: Arc<GatewayState>,
+    config_path: PathBuf,
+    database_url: String,
+    // Connected on first use, in the runtime of whoever uses it first.
+    store: OnceCell<Store>,
+    published: ArcSwap<Published>,
+    /// Reloads of rolter.toml since start.
+    file_generation: AtomicU64,
+    // One refresh at a time (API writes, reloads, the periodic check).
+    refresh_lock: tokio::sync::Mutex<()>,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Reads rolter.toml as file types (it validated when it was loaded).
+fn read_file(path: &Path) -> Result<ConfigFile, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors::from(config::ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            field: None,
+            message: format!("cannot read the configuration file: {e}"),
+        })
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        LoadError::from(ConfigErrors::from(config::ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            field: None,
+            message: e.message().to_string(),
+        }))
+    })
+}
+
+/// The fleet document: `file`'s rows, then `database`'s.
+fn fleet_document(file: &ConfigFile, validated_file: &Config, database: &ConfigFile) -> ConfigFile {
+    let mut api_keys = file.api_keys.clone();
+    // Gateways cannot read the control node's environment: send digests.
+    for (table, key) in api_keys.iter_mut().zip(&validated_file.api_keys) {
+        table.set_digest(&key.digest);
+    }
+    api_keys.extend(database.api_keys.iter().cloned());
+    fn chain<T: Clone>(file: &[T], database: &[T]) -> Vec<T> {
+        file.iter().chain(database).cloned().collect()
+    }
+    ConfigFile {
+        server: Default::default(),
+        control_plane: None,
+        providers: chain(&file.providers, &database.providers),
+        routes: chain(&file.routes, &database.routes),
+        provider_groups: chain(&file.provider_groups, &database.provider_groups),
+        catalog: chain(&file.catalog, &database.catalog),
+        api_keys,
+        // The control node's own file tokens stay on the control node.
+        admin_tokens: database.admin_tokens.clone(),
+        adaptive_routing: database.adaptive_routing.clone(),
+        retry: file.retry.clone(),
+        timeouts: file.timeouts.clone(),
+        health: file.health.clone(),
+        breaker: file.breaker.clone(),
+        parking: file.parking.clone(),
+    }
+}
+
+impl ControlNode {
+    pub fn new(state: Arc<GatewayState>, config_path: &Path, database_url: String) -> Arc<Self> {
+        Arc::new(ControlNode {
+            state,
+            config_path: config_path.to_path_buf(),
+            database_url,
+            store: OnceCell::new(),
+            published: ArcSwap::from_pointee(Published {
+                version: 0,
+                body: Bytes::new(),
+            }),
+            file_generation: AtomicU64::new(0),
+            refresh_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub async fn store(&self) -> Result<&Store, String> {
+        self.store
+            .get_or_try_init(|| Store::connect(&self.database_url))
+            .await
+            .map_err(|e| format!("database: {e}"))
+    }
+
+    /// Migrates the database and seeds the policy from rolter.toml when the
+    /// database has never had one set; then publishes the first document.
+    pub async fn start(&self) -> Result<(), String> {
+        let store = self.store().await?;
+        store.migrate().await.map_err(|e| e.to_string())?;
+        let file = read_file(&self.config_path).map_err(|e| e.lines().join("; "))?;
+        let stored = store.get_policy().await.map_err(|e| e.to_string())?;
+        if stored.updated_by.is_none() && file.adaptive_routing != AdaptiveRoutingTable::default() {
+            store
+                .put_policy(FILE_ACTOR, &file.adaptive_routing)
+                .await
+                .map_err(|e| e.to_string())?;
+            log::info!("adaptive-routing policy seeded from rolter.toml");
+        }
+        self.refresh(false).await.map(|_| ())
+    }
+
+    /// Rebuilds the fleet document from rolter.toml and the database, and
+    /// installs it on this node. `reload_file`: rolter.toml may have changed.
+    pub async fn refresh(&self, reload_file: bool) -> Result<Reloaded, String> {
+        let _serialized = self.refresh_lock.lock().await;
+        let store = self.store().await?;
+        let (database_version, database) = store.document().await.map_err(|e| e.to_string())?;
+        let path = self.config_path.clone();
+        let (file, validated) = tokio::task::spawn_blocking(move || {
+            let validated = config::load(&path).map_err(LoadError::from)?;
+            Ok::<_, LoadError>((read_file(&path)?, validated))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.lines().join("; "))?;
+        let generation = if reload_file {
+            self.file_generation.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            self.file_generation.load(Ordering::Acquire)
+        };
+        let version = database_version + generation;
+        if !reload_file && version == self.published.load().version {
+            return Ok(Reloaded {
+                version,
+                warnings: Vec::new(),
+                needs_restart: Vec::new(),
+            });
+        }
+        let document = fleet_document(&file, &validated, &database);
+        let body = serde_json::to_vec(&json!({ "version": version, "document": &document }))
+            .map_err(|e| e.to_string())?;
+        let state = Arc::clone(&self.state);
+        let installed = tokio::task::spawn_blocking(move || state.install_fleet(version, document))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.lines().join("; "))?;
+        self.published.store(Arc::new(Published {
+            version,
+            body: Bytes::from(body),
+        }));
+        Ok(installed)
+    }
+
+    /// Judges a candidate database document with this node's file rows
+    /// merged in, exactly as a reload would.
+    fn validator(&self) -> impl Fn(&ConfigFile) -> Result<Config, ConfigErrors> + Send + Sync {
+        let path = self.config_path.clone();
+        move |candidate: &ConfigFile| {
+            let file = read_file(&path).map_err(|e| match e {
+                LoadError::Config(errors) => errors,
+                other => ConfigErrors::from(config::ConfigError {
+                    file: path.display().to_string(),
+                    line: None,
+                    field: None,
+                    message: other.to_string(),
+                }),
+            })?;
+            let validated_file = config::load(&path)?;
+            let document = fleet_document(&file, &validated_file, candidate);
+            let merged = config::merge_fleet_document(&file, &document);
+            config::parse_document("the configuration with this change", &merged, &env)
+        }
+    }
+
+    /// `/api/v1/...` on a control node; a write that was accepted is
+    /// published at once.
+    pub async fn api(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        caller: Option<&Caller>,
+        body: &[u8],
+    ) -> ApiResponse {
+        let store = match self.store().await {
+            Ok(store) => store.clone(),
+            Err(e) => {
+                return ApiResponse::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "database_unavailable",
+                    &e,
+                )
+            }
+        };
+        let file_managed = read_file(&self.config_path)
+            .map(|file| FileManaged::of(&file))
+            .unwrap_or_default();
+        let context = ApiContext::new(store, self.validator(), file_managed);
+        let response = api::handle(&context, method, path, query, caller, body).await;
+        if method != Method::GET && response.status.is_success() {
+            if let Err(e) = self.refresh(false).await {
+                log::error!("publishing the configuration after a write failed: {e}");
+            }
+        }
+        response
+    }
+
+    /// `GET /internal/snapshot?version=N` for `node`: 304 when it runs the
+    /// current version, else the document. Records the node either way.
+    pub async fn snapshot_for(&self, node: NodeReport) -> (StatusCode, Bytes) {
+        let have = node.config_version;
+        if let Ok(store) = self.store().await {
+            if let Err(e) = store.upsert_node(&node).await {
+                log::warn!("recording node {} failed: {e}", node.node_id);
+            }
+        }
+        let published = self.published.load();
+        if published.version == 0 {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Bytes::from_static(b"{\"error\":{\"message\":\"no configuration published yet\"}}"),
+            );
+        }
+        if have == Some(published.version) {
+            return (StatusCode::NOT_MODIFIED, Bytes::new());
+        }
+        (StatusCode::OK, published.body.clone())
+    }
+
+    /// Stores a gateway's adaptive-routing telemetry (newest per node and
+    /// model) and prunes rows of nodes that stopped reporting.
+    pub async fn record_telemetry(&self, node_id: &str, push: TelemetryPush) -> Result<(), String> {
+        let store = self.store().await?;
+        for route in push.routes {
+            let sample = serde_json::to_value(&route).map_err(|e| e.to_string())?;
+            store
+                .upsert_telemetry(node_id, &route.model, &sample)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let cutoff = chrono::Utc::now() - chrono::Duration::seconds(TELEMETRY_PRUNE_SECS);
+        store
+            .prune_telemetry(cutoff)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Current telemetry, grouped by route with one entry per node.
+    pub async fn telemetry(&self) -> Result<serde_json::Value, String> {
+        let store = self.store().await?;
+        let cutoff = chrono::Utc::now() - chrono::Duration::seconds(TELEMETRY_CURRENT_SECS);
+        let samples = store
+            .telemetry_since(cutoff)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut routes: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+            Default::default();
+        for sample in samples {
+            let mut entry = sample.sample.clone();
+            if let Some(object) = entry.as_object_mut() {
+                object.insert("node_id".into(), json!(sample.node_id));
+                object.insert("reported_at".into(), json!(sample.reported_at));
+                object.remove("model");
+            }
+            routes.entry(sample.model.clone()).or_default().push(entry);
+        }
+        Ok(json!({
+            "routes": routes
+                .into_iter()
+                .map(|(model, nodes)| json!({ "model": model, "nodes": nodes }))
+                .collect::<Vec<_>>()
+        }))
+    }
+
+    pub async fn nodes(&self) -> Result<serde_json::Value, String> {
+        let store = self.store().await?;
+        let nodes = store.list_nodes().await.map_err(|e| e.to_string())?;
+        Ok(json!({ "nodes": nodes, "config_version": self.published.load().version }))
+    }
+
+    /// Picks up writes made through other control nodes sharing the database.
+    pub async fn refresh_if_changed(&self) -> Result<(), String> {
+        let store = self.store().await?;
+        let version = store.version().await.map_err(|e| e.to_string())?
+            + self.file_generation.load(Ordering::Acquire);
+        if version != self.published.load().version {
+            self.refresh(false).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! What the nodes report, which is not configuration (no version bump, no
+//! audit row): the newest adaptive-routing telemetry sample per (node,
+//! model), and the cluster inventory. Timestamps are the database's clock,
+//! so every control node agrees on them.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::postgres::PgRow;
+
+use super::{column, Store, StoreError};
+
+/// One stored telemetry sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TelemetrySample {
+    pub node_id: String,
+    /// The route's public model.
+    pub model: String,
+    /// As the node pushed it.
+    pub sample: serde_json::Value,
+    pub reported_at: DateTime<Utc>,
+}
+
+/// What a node says about itself when it polls.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeReport {
+    pub node_id: String,
+    /// "gateway", "control", ...
+    pub role: String,
+    /// The configuration version it runs, when it runs one.
+    pub config_version: Option<u64>,
+    /// Where it was seen from (peer address).
+    pub address: Option<String>,
+    /// Its rolter version.
+    pub software_version: Option<String>,
+}
+
+/// One node of the cluster inventory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterNode {
+    #[serde(flatten)]
+    pub report: NodeReport,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+}
+
+impl Store {
+    /// Keeps `sample` as the newest of (`node_id`, `model`), stamped now.
+    pub async fn upsert_telemetry(
+        &self,
+        node_id: &str,
+        model: &str,
+        sample: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO adaptive_routing_telemetry (node_id, model, sample, reported_at) \
+             VALUES ($1, $2, $3, now()) \
+             ON CONFLICT (node_id, model) DO UPDATE SET sample = EXCLUDED.sample, \
+             reported_at = EXCLUDED.reported_at",
+        )
+        .bind(node_id)
+        .bind(model)
+        .bind(sample)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::database(format!(
+            "storing the telemetry of node `{node_id}` for `{model}`"
+        )))?;
+        Ok(())
+    }
+
+    /// Samples reported at or after `cutoff`, by model then node.
+    pub async fn telemetry_since(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<Vec<TelemetrySample>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT node_id, model, sample, reported_at FROM adaptive_routing_telemetry \
+             WHERE reported_at >= $1 ORDER BY model, node_id",
+        )
+        .bind(cutoff)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::database(
+            "reading the adaptive-routing telemetry",
+        ))?;
+        rows.iter()
+            .map(|row| {
+                let table = "adaptive_routing_telemetry";
+                Ok(TelemetrySample {
+                    node_id: column(row, "node_id", table)?,
+                    model: column(row, "model", table)?,
+                    sample: column(row, "sample", table)?,
+                    reported_at: column(row, "reported_at", table)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes samples reported before `older_than`; returns how many.
+    pub async fn prune_telemetry(&self, older_than: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM adaptive_routing_telemetry WHERE reported_at < $1")
+            .bind(older_than)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::database(
+                "pruning the adaptive-routing telemetry",
+            ))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Records that `report.node_id` was seen now; `first_seen` stays as it
+    /// was.
+    pub async fn upsert_node(&self, report: &NodeReport) -> Result<(), StoreError> {
+        let config_version = report
+            .config_version
+            .map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        sqlx::query(
+            "INSERT INTO cluster_nodes (node_id, role, config_version, address, software_version, \
+             first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, now(), now()) \
+             ON CONFLICT (node_id) DO UPDATE SET role = EXCLUDED.role, \
+             config_version = EXCLUDED.config_version, address = EXCLUDED.address, \
+             software_version = EXCLUDED.software_version, last_seen = EXCLUDED.last_seen",
+        )
+        .bind(&report.node_id)
+        .bind(&report.role)
+        .bind(config_version)
+        .bind(&report.address)
+        .bind(&report.software_version)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::database(format!(
+            "recording node `{}`",
+            report.node_id
+        )))?;
+        Ok(())
+    }
+
+    /// The cluster inventory, by node id.
+    pub async fn list_nodes(&self) -> Result<Vec<ClusterNode>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT node_id, role, config_version, address, software_version, first_seen, \
+             last_seen FROM cluster_nodes ORDER BY node_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::database("listing the cluster nodes"))?;
+        rows.iter().map(node).collect()
+    }
+}
+
+fn node(row: &PgRow) -> Result<ClusterNode, StoreError> {
+    let table = "cluster_nodes";
+    let config_version: Option<i64> = column(row, "config_version", table)?;
+    Ok(ClusterNode {
+        report: NodeReport {
+            node_id: column(row, "node_id", table)?,
+            role: column(row, "role", table)?,
+            config_version: config_version.and_then(|v| u64::try_from(v).ok()),
+            address: column(row, "address", table)?,
+            software_version: column(row, "software_version", table)?,
+        },
+        first_seen: column(row, "first_seen", table)?,
+        last_seen: column(row, "last_seen", table)?,
+    })
+}

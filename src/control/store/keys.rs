@@ -1,0 +1,398 @@
+//! `api_keys` and `admin_tokens`: callers of the proxy and of the admin
+//! API. The store keeps generated secrets only, in their salted form
+//! (`key_salted` / `token_salted`: public id, salt, SHA-256 of salt || key);
+//! a row with `key_env` or `key_sha256` belongs in rolter.toml and is
+//! refused. The public form of a row ([`Resource::public`]) keeps the id
+//! and drops the salt and the digest.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::PgConnection;
+
+use super::resource::{from_bigint, Resource, ResourceKind};
+use super::{column, StoreError};
+use crate::config::file::{
+    AdminTokenTable, ApiKeyTable, ConfigFile, SaltedDigestTable, DEFAULT_ADMIN_ROLE,
+};
+
+/// `[[api_keys]]`, keyed by name.
+pub struct ApiKeys;
+
+/// `[[admin_tokens]]`, keyed by name.
+pub struct AdminTokens;
+
+/// The three parts of a salted digest, all present.
+struct Salted<'a> {
+    id: &'a str,
+    salt: &'a str,
+    sha256: &'a str,
+}
+
+/// The salted digest of a row; the store keeps no other kind of secret.
+fn salted<'a>(
+    kind: ResourceKind,
+    key: &str,
+    field: &'static str,
+    salted: &'a Option<SaltedDigestTable>,
+    other_forms: bool,
+) -> Result<Salted<'a>, StoreError> {
+    let invalid = |message: &str| StoreError::Invalid {
+        kind,
+        key: key.to_owned(),
+        field,
+        message: message.to_owned(),
+    };
+    if other_forms {
+        return Err(invalid(
+            "the database keeps generated secrets only, as their salted digest; \
+             a secret read from the environment or given as a bare SHA-256 belongs in rolter.toml",
+        ));
+    }
+    let digest = salted.as_ref().ok_or_else(|| invalid("required"))?;
+    match (&digest.id, &digest.salt, &digest.sha256) {
+        (Some(id), Some(salt), Some(sha256)) => Ok(Salted { id, salt, sha256 }),
+        _ => Err(invalid("needs id, salt and sha256")),
+    }
+}
+
+fn salted_of(
+    row: &PgRow,
+    id: &str,
+    hash: &str,
+    table: &str,
+) -> Result<SaltedDigestTable, StoreError> {
+    Ok(SaltedDigestTable {
+        id: Some(column(row, id, table)?),
+        salt: Some(column(row, "salt", table)?),
+        sha256: Some(column(row, hash, table)?),
+    })
+}
+
+/// `value` without `drop`, with `id_field` set to the digest's id.
+fn public_without(
+    mut value: serde_json::Value,
+    drop: &[&str],
+    id_field: &str,
+    id: Option<&str>,
+) -> serde_json::Value {
+    if let Some(object) = value.as_object_mut() {
+        for field in drop {
+            object.remove(*field);
+        }
+        if let Some(id) = id {
+            object.insert(id_field.to_owned(), serde_json::Value::from(id));
+        }
+    }
+    value
+}
+
+const API_KEY_COLUMNS: &str =
+    "name, key_id, salt, key_hash, models, providers, rpm, max_concurrent";
+
+#[async_trait]
+impl Resource for ApiKeys {
+    type Row = ApiKeyTable;
+    const KIND: ResourceKind = ResourceKind::ApiKey;
+
+    fn key(row: &ApiKeyTable) -> Option<String> {
+        row.name.clone()
+    }
+
+    fn set_key(row: &mut ApiKeyTable, key: &str) {
+        row.name = Some(key.to_owned());
+    }
+
+    fn key_written(row: &ApiKeyTable) -> Option<&str> {
+        row.name.as_deref()
+    }
+
+    fn rows(document: &ConfigFile) -> &Vec<ApiKeyTable> {
+        &document.api_keys
+    }
+
+    fn rows_mut(document: &mut ConfigFile) -> &mut Vec<ApiKeyTable> {
+        &mut document.api_keys
+    }
+
+    /// Name, limits and the key's public id (`key_id`); never the salt or
+    /// the digest.
+    fn public(row: &ApiKeyTable) -> serde_json::Value {
+        let id = row.key_salted.as_ref().and_then(|s| s.id.as_deref());
+        public_without(
+            serde_json::to_value(row).unwrap_or_default(),
+            &["key_salted", "key_sha256", "key_env"],
+            "key_id",
+            id,
+        )
+    }
+
+    async fn select_all(conn: &mut PgConnection) -> Result<Vec<ApiKeyTable>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY created_at, name"
+        ))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::database("listing API keys"))?;
+        rows.iter().map(api_key).collect()
+    }
+
+    async fn select_one(
+        conn: &mut PgConnection,
+        key: &str,
+    ) -> Result<Option<ApiKeyTable>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE name = $1"
+        ))
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::database(format!("reading API key `{key}`")))?;
+        row.as_ref().map(api_key).transpose()
+    }
+
+    async fn insert(
+        conn: &mut PgConnection,
+        key: &str,
+        row: &ApiKeyTable,
+    ) -> Result<(), StoreError> {
+        let digest = api_key_digest(key, row)?;
+        sqlx::query(
+            "INSERT INTO api_keys (name, key_id, salt, key_hash, models, providers, rpm, \
+             max_concurrent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(key)
+        .bind(digest.id)
+        .bind(digest.salt)
+        .bind(digest.sha256)
+        .bind(&row.models)
+        .bind(&row.providers)
+        .bind(row.rpm.map(i64::from))
+        .bind(row.max_concurrent.map(i64::from))
+        .execute(&mut *conn)
+        .await
+        .map_err(super::error::write_error(
+            ResourceKind::ApiKey,
+            key,
+            &format!("inserting API key `{key}`"),
+        ))?;
+        Ok(())
+    }
+
+    async fn update(
+        conn: &mut PgConnection,
+        key: &str,
+        row: &ApiKeyTable,
+    ) -> Result<bool, StoreError> {
+        let digest = api_key_digest(key, row)?;
+        let done = sqlx::query(
+            "UPDATE api_keys SET key_id = $2, salt = $3, key_hash = $4, models = $5, \
+             providers = $6, rpm = $7, max_concurrent = $8, updated_at = now() WHERE name = $1",
+        )
+        .bind(key)
+        .bind(digest.id)
+        .bind(digest.salt)
+        .bind(digest.sha256)
+        .bind(&row.models)
+        .bind(&row.providers)
+        .bind(row.rpm.map(i64::from))
+        .bind(row.max_concurrent.map(i64::from))
+        .execute(&mut *conn)
+        .await
+        .map_err(super::error::write_error(
+            ResourceKind::ApiKey,
+            key,
+            &format!("updating API key `{key}`"),
+        ))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM api_keys WHERE name = $1")
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(StoreError::database(format!("deleting API key `{key}`")))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+fn api_key_digest<'a>(key: &str, row: &'a ApiKeyTable) -> Result<Salted<'a>, StoreError> {
+    salted(
+        ResourceKind::ApiKey,
+        key,
+        "key_salted",
+        &row.key_salted,
+        row.key_env.is_some() || row.key_sha256.is_some(),
+    )
+}
+
+fn api_key(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
+    let table = "api_keys";
+    let name: String = column(row, "name", table)?;
+    Ok(ApiKeyTable {
+        key_env: None,
+        key_sha256: None,
+        key_salted: Some(salted_of(row, "key_id", "key_hash", table)?),
+        models: column(row, "models", table)?,
+        providers: column(row, "providers", table)?,
+        rpm: from_bigint(
+            ResourceKind::ApiKey,
+            &name,
+            "rpm",
+            column(row, "rpm", table)?,
+        )?,
+        max_concurrent: from_bigint(
+            ResourceKind::ApiKey,
+            &name,
+            "max_concurrent",
+            column(row, "max_concurrent", table)?,
+        )?,
+        name: Some(name),
+    })
+}
+
+const ADMIN_TOKEN_COLUMNS: &str = "name, token_id, salt, token_hash, role";
+
+#[async_trait]
+impl Resource for AdminTokens {
+    type Row = AdminTokenTable;
+    const KIND: ResourceKind = ResourceKind::AdminToken;
+
+    fn key(row: &AdminTokenTable) -> Option<String> {
+        row.name.clone()
+    }
+
+    fn set_key(row: &mut AdminTokenTable, key: &str) {
+        row.name = Some(key.to_owned());
+    }
+
+    fn key_written(row: &AdminTokenTable) -> Option<&str> {
+        row.name.as_deref()
+    }
+
+    fn rows(document: &ConfigFile) -> &Vec<AdminTokenTable> {
+        &document.admin_tokens
+    }
+
+    fn rows_mut(document: &mut ConfigFile) -> &mut Vec<AdminTokenTable> {
+        &mut document.admin_tokens
+    }
+
+    /// Name, role and the token's public id (`token_id`); never the salt or
+    /// the digest.
+    fn public(row: &AdminTokenTable) -> serde_json::Value {
+        let id = row.token_salted.as_ref().and_then(|s| s.id.as_deref());
+        public_without(
+            serde_json::to_value(row).unwrap_or_default(),
+            &["token_salted", "token_sha256", "token_env"],
+            "token_id",
+            id,
+        )
+    }
+
+    async fn select_all(conn: &mut PgConnection) -> Result<Vec<AdminTokenTable>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ADMIN_TOKEN_COLUMNS} FROM admin_tokens ORDER BY created_at, name"
+        ))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::database("listing admin tokens"))?;
+        rows.iter().map(admin_token).collect()
+    }
+
+    async fn select_one(
+        conn: &mut PgConnection,
+        key: &str,
+    ) -> Result<Option<AdminTokenTable>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {ADMIN_TOKEN_COLUMNS} FROM admin_tokens WHERE name = $1"
+        ))
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::database(format!("reading admin token `{key}`")))?;
+        row.as_ref().map(admin_token).transpose()
+    }
+
+    async fn insert(
+        conn: &mut PgConnection,
+        key: &str,
+        row: &AdminTokenTable,
+    ) -> Result<(), StoreError> {
+        let digest = admin_token_digest(key, row)?;
+        sqlx::query(
+            "INSERT INTO admin_tokens (name, token_id, salt, token_hash, role) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(key)
+        .bind(digest.id)
+        .bind(digest.salt)
+        .bind(digest.sha256)
+        .bind(row.role.as_deref().unwrap_or(DEFAULT_ADMIN_ROLE))
+        .execute(&mut *conn)
+        .await
+        .map_err(super::error::write_error(
+            ResourceKind::AdminToken,
+            key,
+            &format!("inserting admin token `{key}`"),
+        ))?;
+        Ok(())
+    }
+
+    async fn update(
+        conn: &mut PgConnection,
+        key: &str,
+        row: &AdminTokenTable,
+    ) -> Result<bool, StoreError> {
+        let digest = admin_token_digest(key, row)?;
+        let done = sqlx::query(
+            "UPDATE admin_tokens SET token_id = $2, salt = $3, token_hash = $4, role = $5, \
+             updated_at = now() WHERE name = $1",
+        )
+        .bind(key)
+        .bind(digest.id)
+        .bind(digest.salt)
+        .bind(digest.sha256)
+        .bind(row.role.as_deref().unwrap_or(DEFAULT_ADMIN_ROLE))
+        .execute(&mut *conn)
+        .await
+        .map_err(super::error::write_error(
+            ResourceKind::AdminToken,
+            key,
+            &format!("updating admin token `{key}`"),
+        ))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM admin_tokens WHERE name = $1")
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(StoreError::database(format!(
+                "deleting admin token `{key}`"
+            )))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+fn admin_token_digest<'a>(key: &str, row: &'a AdminTokenTable) -> Result<Salted<'a>, StoreError> {
+    salted(
+        ResourceKind::AdminToken,
+        key,
+        "token_salted",
+        &row.token_salted,
+        row.token_env.is_some() || row.token_sha256.is_some(),
+    )
+}
+
+fn admin_token(row: &PgRow) -> Result<AdminTokenTable, StoreError> {
+    let table = "admin_tokens";
+    Ok(AdminTokenTable {
+        name: Some(column(row, "name", table)?),
+        token_env: None,
+        token_sha256: None,
+        token_salted: Some(salted_of(row, "token_id", "token_hash", table)?),
+        role: Some(column(row, "role", table)?),
+    })
+}

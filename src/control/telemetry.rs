@@ -1,0 +1,249 @@
+//! Adaptive-routing telemetry: what each node's adaptive balancers rank on.
+//!
+//! The scores live in the balancers, in the gateway process; a background
+//! task on each gateway samples them every `telemetry_interval` and pushes
+//! the sample to the control node (`POST /internal/adaptive-telemetry`),
+//! which keeps the newest per (node, model). Nothing is written on the
+//! request path: a pick only bumps the balancer's own relaxed counters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method};
+use pingora::connectors::http::Connector;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use rolter_balancer::{AdaptivePolicy, StrategyKind};
+use serde::{Deserialize, Serialize};
+
+use crate::clock;
+use crate::http_client::Endpoint;
+use crate::snapshot::Snapshot;
+use crate::state::GatewayState;
+
+/// Header naming the node in every internal call.
+pub const NODE_ID_HEADER: &str = "x-rolter-node-id";
+
+/// The policy a node runs (already sanitized).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PolicyView {
+    pub enabled: bool,
+    pub latency_weight: f64,
+    pub cost_weight: f64,
+    pub load_weight: f64,
+    pub exploration_ratio: f64,
+    pub min_samples: u64,
+}
+
+impl From<AdaptivePolicy> for PolicyView {
+    fn from(p: AdaptivePolicy) -> Self {
+        Self {
+            enabled: p.enabled,
+            latency_weight: p.latency_weight,
+            cost_weight: p.cost_weight,
+            load_weight: p.load_weight,
+            exploration_ratio: p.exploration_ratio,
+            min_samples: p.min_samples,
+        }
+    }
+}
+
+/// How an adaptive route's picks were made.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DecisionsView {
+    pub engaged: bool,
+    pub blend: u64,
+    pub fallback: u64,
+    pub exploration: u64,
+}
+
+/// One target of an adaptive route, as ranked.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TargetSample {
+    pub target: String,
+    pub provider: String,
+    pub upstream_model: String,
+    pub score: Option<f64>,
+    pub latency: Option<f64>,
+    pub cost: Option<f64>,
+    pub load: Option<f64>,
+    pub latency_ms: Option<f64>,
+    pub price: Option<f64>,
+    pub in_flight: Option<f64>,
+    pub picks: u64,
+    /// Milliseconds since this target was last picked.
+    pub last_pick_age_ms: Option<u64>,
+}
+
+/// One adaptive route of one node.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RouteSample {
+    pub model: String,
+    pub decisions: DecisionsView,
+    pub policy: PolicyView,
+    pub targets: Vec<TargetSample>,
+}
+
+/// What a gateway pushes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TelemetryPush {
+    pub routes: Vec<RouteSample>,
+}
+
+fn named(pairs: &[(&'static str, f64)], name: &str) -> Option<f64> {
+    pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+/// Samples every adaptive route of `snapshot`.
+pub fn sample(snapshot: &Snapshot) -> Vec<RouteSample> {
+    let now = clock::now_ms();
+    let policy = PolicyView::from(snapshot.config.adaptive_routing);
+    snapshot
+        .routes()
+        .iter()
+        .filter(|r| r.strategy == StrategyKind::Adaptive)
+        .map(|route| {
+            let report = route.balancer.report();
+            let decisions =
+                report
+                    .decisions
+                    .map_or_else(DecisionsView::default, |d| DecisionsView {
+                        engaged: d.engaged,
+                        blend: d.blend,
+                        fallback: d.fallback,
+                        exploration: d.exploration,
+                    });
+            let targets = route
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, target)| {
+                    let entry = report.targets.get(i);
+                    let component = |name| entry.and_then(|e| named(&e.components, name));
+                    let signal = |name| entry.and_then(|e| named(&e.signals, name));
+                    TargetSample {
+                        target: target.label.clone(),
+                        provider: target.id.provider.clone(),
+                        upstream_model: target.id.model.clone(),
+                        score: entry.and_then(|e| e.score),
+                        latency: component("latency"),
+                        cost: component("cost"),
+                        load: component("load"),
+                        latency_ms: signal("latency_ms"),
+                        price: signal("price"),
+                        in_flight: signal("in_flight"),
+                        picks: entry.map_or(0, |e| e.picks),
+                        last_pick_age_ms: entry
+                            .and_then(|e| e.last_pick_ms)
+                            .map(|at| now.saturating_sub(at)),
+                    }
+                })
+                .collect();
+            RouteSample {
+                model: route.model.clone(),
+                decisions,
+                policy,
+                targets,
+            }
+        })
+        .collect()
+}
+
+/// Pushes this gateway's samples to the control node.
+pub struct TelemetryPusher {
+    state: Arc<GatewayState>,
+}
+
+impl TelemetryPusher {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+
+    async fn push(&self, connector: &Connector) -> Result<(), String> {
+        let snapshot = self.state.snapshot();
+        let control = snapshot
+            .config
+            .control_plane
+            .as_ref()
+            .ok_or("no [control_plane]")?;
+        let url = control.url.as_deref().ok_or("no control_plane.url")?;
+        let endpoint = Endpoint::new(url, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(&TelemetryPush {
+            routes: sample(&snapshot),
+        })
+        .map_err(|e| e.to_string())?;
+        let headers = internal_headers(control)?;
+        let path = format!(
+            "{}/internal/adaptive-telemetry",
+            endpoint.path.trim_end_matches('/')
+        );
+        let (status, answer) = endpoint
+            .call(
+                connector,
+                Method::POST,
+                &path,
+                &headers,
+                Some(Bytes::from(body)),
+                64 * 1024,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if status == 204 || status == 200 {
+            Ok(())
+        } else {
+            Err(format!(
+                "answered {status}: {}",
+                String::from_utf8_lossy(&answer)
+            ))
+        }
+    }
+}
+
+/// The headers of every internal call: the internal token and the node id.
+pub fn internal_headers(
+    control: &crate::config::ControlPlane,
+) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let token = control
+        .internal_token
+        .as_deref()
+        .ok_or("no internal token")?;
+    let mut authorization =
+        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?;
+    authorization.set_sensitive(true);
+    Ok(vec![
+        (http::header::AUTHORIZATION, authorization),
+        (
+            HeaderName::from_static(NODE_ID_HEADER),
+            HeaderValue::from_str(&control.node_id).map_err(|e| e.to_string())?,
+        ),
+        (
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ),
+    ])
+}
+
+#[async_trait]
+impl BackgroundService for TelemetryPusher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let connector = Connector::new(None);
+        loop {
+            let interval = self
+                .state
+                .snapshot()
+                .config
+                .control_plane
+                .as_ref()
+                .map_or(Duration::from_secs(15), |c| c.telemetry_interval);
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            if let Err(e) = self.push(&connector).await {
+                log::warn!("adaptive telemetry push failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! A small HTTP/1.1 client over Pingora's connector, for the background
+//! services that call other HTTP endpoints (LMCache signals, the control
+//! plane). Bounded: a timeout on every step and a cap on the body read.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderName, HeaderValue, Method};
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::upstreams::peer::HttpPeer;
+
+/// Why a call failed, as a message for logs.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CallError(pub String);
+
+fn fail(context: &str, e: impl std::fmt::Display) -> CallError {
+    CallError(format!("{context}: {e}"))
+}
+
+/// Where requests go: an `http(s)://host[:port]` endpoint, resolved once.
+pub struct Endpoint {
+    peer: HttpPeer,
+    authority: String,
+    /// The URL's path and query ("/" when it has none).
+    pub path: String,
+}
+
+impl Endpoint {
+    /// Resolves `url` (blocking DNS: call it off the request path).
+    pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, CallError> {
+        let uri: http::Uri = url.parse().map_err(|e| fail("bad URL", e))?;
+        let tls = uri.scheme_str() == Some("https");
+        let host = uri
+            .host()
+            .ok_or_else(|| CallError("URL without a host".into()))?;
+        let bare_host = host.trim_matches(['[', ']']);
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(bare_host, port))
+            .map_err(|e| fail("cannot resolve", e))?
+            .next()
+            .ok_or_else(|| CallError("no address".into()))?;
+        let mut peer = HttpPeer::new(addr, tls, bare_host.to_string());
+        peer.options.connection_timeout = Some(timeout);
+        peer.options.read_timeout = Some(timeout);
+        peer.options.write_timeout = Some(timeout);
+        Ok(Endpoint {
+            peer,
+            authority: uri
+                .authority()
+                .map_or_else(|| host.to_string(), |a| a.to_string()),
+            path: uri
+                .path_and_query()
+                .map_or("/".to_string(), |p| p.as_str().to_string()),
+        })
+    }
+
+    /// One request; the status and at most `max_body` bytes of the body.
+    pub async fn call(
+        &self,
+        connector: &Connector,
+        method: Method,
+        path: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Option<Bytes>,
+        max_body: usize,
+    ) -> Result<(u16, Bytes), CallError> {
+        let mut request =
+            RequestHeader::build(method, path.as_bytes(), None).map_err(|e| fail("request", e))?;
+        request
+            .insert_header(http::header::HOST, &self.authority)
+            .map_err(|e| fail("request", e))?;
+        for (name, value) in headers {
+            request
+                .insert_header(name.clone(), value.clone())
+                .map_err(|e| fail("request", e))?;
+        }
+        if let Some(body) = &body {
+            request
+                .insert_header(http::header::CONTENT_LENGTH, body.len())
+                .map_err(|e| fail("request", e))?;
+        }
+        let (mut session, _) = connector
+            .get_http_session(&self.peer)
+            .await
+            .map_err(|e| fail("connect", e))?;
+        session.set_read_timeout(self.peer.options.read_timeout);
+        session.set_write_timeout(self.peer.options.write_timeout);
+        session
+            .write_request_header(Box::new(request))
+            .await
+            .map_err(|e| fail("send", e))?;
+        if let Some(body) = body {
+            session
+                .write_request_body(body, true)
+                .await
+                .map_err(|e| fail("send", e))?;
+        }
+        session
+            .finish_request_body()
+            .await
+            .map_err(|e| fail("send", e))?;
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| fail("receive", e))?;
+        let status = session.response_header().map_or(0, |h| h.status.as_u16());
+        let mut received = BytesMut::new();
+        while let Some(chunk) = session
+            .read_response_body()
+            .await
+            .map_err(|e| fail("receive", e))?
+        {
+            if received.len() + chunk.len() > max_body {
+                return Err(CallError(format!("response larger than {max_body} bytes")));
+            }
+            received.extend_from_slice(&chunk);
+        }
+        Ok((status, received.freeze()))
+    }
+}

@@ -1,0 +1,357 @@
+//! Fleet mode end to end: a control node over a real PostgreSQL database and
+//! two gateway nodes polling it, all real processes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+use support::*;
+
+const INTERNAL_TOKEN: &str = "test-internal-token";
+
+/// A database of its own, dropped when the test ends.
+struct TestDatabase {
+    name: String,
+    url: String,
+}
+
+const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+impl TestDatabase {
+    async fn create() -> TestDatabase {
+        let name = format!(
+            "rolter_fleet_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let mut admin = sqlx::PgConnection::connect(ADMIN_URL)
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432 (see .ci/run)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        TestDatabase {
+            url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Dropped outside any runtime the test may be tearing down.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(ADMIN_URL).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn api(
+    node: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = client()
+        .request(method, format!("{}/api/v1/{path}", node.admin_url()))
+        .bearer_auth(ADMIN_TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not within {limit:?}: {what}");
+}
+
+fn gateway_config(control: &Gateway, node_id: &str) -> String {
+    format!(
+        "[server]\nrole = \"gateway\"\nrequire_api_key = false\n\n[control_plane]\nurl = \"{}\"\ninternal_token_env = \"ROLTER_INTERNAL_TOKEN\"\nnode_id = \"{node_id}\"\npoll_interval_secs = 1\ntelemetry_interval_secs = 1\n",
+        control.admin_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_and_policy_written_on_the_control_node_reach_every_gateway() {
+    let database = TestDatabase::create().await;
+    let engine = FakeEngine::start("engine", &[]);
+    let env = [
+        ("DATABASE_URL", database.url.as_str()),
+        ("ROLTER_INTERNAL_TOKEN", INTERNAL_TOKEN),
+    ];
+    let control = Gateway::start_with_env(
+        "[server]\nrole = \"control\"\n\n[control_plane]\ndatabase_url_env = \"DATABASE_URL\"\ninternal_token_env = \"ROLTER_INTERNAL_TOKEN\"\nnode_id = \"control-1\"\n",
+        &env,
+    )
+    .await;
+    let gateways = [
+        Gateway::start_with_env(&gateway_config(&control, "gw-1"), &env).await,
+        Gateway::start_with_env(&gateway_config(&control, "gw-2"), &env).await,
+    ];
+
+    // A provider and a route, through the control API.
+    let (status, body) = api(
+        &control,
+        reqwest::Method::POST,
+        "providers",
+        Some(json!({"name": "engine", "base_url": engine.url()})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = api(
+        &control,
+        reqwest::Method::POST,
+        "routes",
+        Some(json!({"model": "fleet-chat", "strategy": "adaptive",
+                     "targets": [{"provider": "engine", "model": "m"}]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    // Both gateways serve it within 10 s.
+    for gateway in &gateways {
+        eventually(
+            "the route to serve on a gateway",
+            Duration::from_secs(10),
+            || async { gateway.chat("fleet-chat", "hello").await.status() == 200 },
+        )
+        .await;
+    }
+
+    // A policy change reaches both.
+    let (status, body) = api(
+        &control,
+        reqwest::Method::PUT,
+        "adaptive-routing-policy",
+        Some(
+            json!({"enabled": true, "latency_weight": 1.0, "cost_weight": 0.0,
+                     "load_weight": 0.5, "exploration_ratio": 0.9, "min_samples": 5}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.to_string().contains("fleet-chat"),
+        "affected routes: {body}"
+    );
+    for gateway in &gateways {
+        eventually(
+            "the policy on a gateway",
+            Duration::from_secs(10),
+            || async {
+                let (_, body) = api(
+                    gateway,
+                    reqwest::Method::GET,
+                    "adaptive-routing-policy",
+                    None,
+                )
+                .await;
+                // Clamped on the way in: exploration never exceeds half the traffic.
+                body["policy"]["enabled"] == true && body["policy"]["exploration_ratio"] == 0.5
+            },
+        )
+        .await;
+    }
+
+    // Both appear in the telemetry and the cluster inventory.
+    for gateway in &gateways {
+        for _ in 0..3 {
+            assert_eq!(gateway.chat("fleet-chat", "traffic").await.status(), 200);
+        }
+    }
+    eventually(
+        "telemetry from both gateways",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = api(
+                &control,
+                reqwest::Method::GET,
+                "adaptive-routing-telemetry",
+                None,
+            )
+            .await;
+            status == 200
+                && body["routes"]
+                    .as_array()
+                    .and_then(|routes| routes.iter().find(|r| r["model"] == "fleet-chat"))
+                    .and_then(|route| route["nodes"].as_array())
+                    .is_some_and(|nodes| {
+                        let ids: Vec<_> =
+                            nodes.iter().filter_map(|n| n["node_id"].as_str()).collect();
+                        ids.contains(&"gw-1") && ids.contains(&"gw-2")
+                    })
+        },
+    )
+    .await;
+    let (status, nodes) = api(&control, reqwest::Method::GET, "cluster/nodes", None).await;
+    assert_eq!(status, 200, "{nodes}");
+    let version = nodes["config_version"].as_u64().unwrap();
+    for id in ["gw-1", "gw-2"] {
+        let node = nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node_id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing: {nodes}"));
+        assert!(
+            node["config_version"].as_u64().unwrap() >= version - 1,
+            "{node}"
+        );
+    }
+
+    // Without the control node, gateways keep serving their last snapshot.
+    let mut control = control;
+    control.process.signal(libc::SIGKILL);
+    control.process.wait_exit(Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for gateway in &gateways {
+        assert_eq!(gateway.chat("fleet-chat", "still here").await.status(), 200);
+    }
+    drop(database);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_api_validates_like_rolter_check_and_audits_writes() {
+    let database = TestDatabase::create().await;
+    let env = [
+        ("DATABASE_URL", database.url.as_str()),
+        ("ROLTER_INTERNAL_TOKEN", INTERNAL_TOKEN),
+    ];
+    let control = Gateway::start_with_env(
+        "[server]\nrole = \"control\"\n\n[control_plane]\ndatabase_url_env = \"DATABASE_URL\"\ninternal_token_env = \"ROLTER_INTERNAL_TOKEN\"\n\n[[providers]]\nname = \"file-gpu\"\nbase_url = \"http://127.0.0.1:9\"\n",
+        &env,
+    )
+    .await;
+    // A route naming a provider that does not exist: rolter check's message.
+    let (status, body) = api(
+        &control,
+        reqwest::Method::POST,
+        "routes",
+        Some(json!({"model": "x", "targets": [{"provider": "nope"}]})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.to_string().contains("unknown provider \\\"nope\\\""),
+        "{body}"
+    );
+    // Rows from rolter.toml are read-only.
+    let (status, body) = api(
+        &control,
+        reqwest::Method::DELETE,
+        "providers/file-gpu",
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("rolter.toml"), "{body}");
+    // An all-zero blend is refused.
+    let (status, body) = api(
+        &control,
+        reqwest::Method::PUT,
+        "adaptive-routing-policy",
+        Some(
+            json!({"enabled": true, "latency_weight": 0.0, "cost_weight": 0.0, "load_weight": 0.0}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    // A valid write is audited.
+    let (status, _) = api(
+        &control,
+        reqwest::Method::POST,
+        "routes",
+        Some(json!({"model": "ok", "targets": [{"provider": "file-gpu"}]})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, audit) = api(&control, reqwest::Method::GET, "audit-log", None).await;
+    assert!(audit.to_string().contains("route.create"), "{audit}");
+    // The internal endpoints need the internal token.
+    let response = client()
+        .get(format!("{}/internal/snapshot", control.admin_url()))
+        .header("x-rolter-node-id", "intruder")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    drop(database);
+}
+
+#[tokio::test]
+async fn a_standalone_node_answers_policy_and_telemetry_from_its_file() {
+    let engine = FakeEngine::start("e", &[]);
+    let config = format!(
+        "{}[[routes]]\nmodel = \"chat\"\nstrategy = \"adaptive\"\ntargets = [{{ provider = \"e\" }}]\n\n[adaptive_routing]\nenabled = true\n",
+        provider("e", &engine.url())
+    );
+    let gateway = Gateway::start(&config).await;
+    let (status, body) = api(
+        &gateway,
+        reqwest::Method::GET,
+        "adaptive-routing-policy",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["policy"]["enabled"], true);
+    assert_eq!(body["managed_by"], "rolter.toml");
+    let (status, body) = api(
+        &gateway,
+        reqwest::Method::PUT,
+        "adaptive-routing-policy",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("rolter.toml"), "{body}");
+    assert_eq!(gateway.chat("chat", "x").await.status(), 200);
+    let (status, body) = api(
+        &gateway,
+        reqwest::Method::GET,
+        "adaptive-routing-telemetry",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["routes"][0]["model"], "chat", "{body}");
+    let (status, body) = api(&gateway, reqwest::Method::GET, "providers", None).await;
+    assert_eq!(status, 404, "{body}");
+}
