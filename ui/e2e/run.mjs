@@ -1,0 +1,596 @@
+// The dashboard end to end, in headless Chromium (Debian's `chromium`,
+// driven by playwright-core; no browser is downloaded), against real
+// processes: a control node on a fresh PostgreSQL database, a gateway
+// polling it, a standalone node, and fake engines (one publishing vLLM KV
+// events). Every screen is saved as a screenshot in ui/e2e-artifacts/.
+//
+//   npm run e2e          (after `npm run build` and `cargo build`)
+//
+// Environment: ROLTER_BIN (default ../target/debug/rolter), CHROMIUM
+// (default /usr/bin/chromium), ROLTER_E2E_PG (default
+// postgres://postgres@127.0.0.1:5432/postgres: a server where the suite may
+// create and drop a database).
+
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import {
+  createDatabase,
+  eventually,
+  log,
+  nodeLogs,
+  startEngine,
+  startNode,
+  stopAll,
+  tempDir,
+} from "./harness.mjs";
+
+const UI = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const BIN = resolve(process.env.ROLTER_BIN ?? join(UI, "..", "target", "debug", "rolter"));
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const PG = process.env.ROLTER_E2E_PG ?? "postgres://postgres@127.0.0.1:5432/postgres";
+const DIST = join(UI, "dist");
+const ARTIFACTS = join(UI, "e2e-artifacts");
+const DOCS_URL = "https://docs.rolter.example/latest";
+
+const TOKENS = {
+  superadmin: "e2e-superadmin-token",
+  admin: "e2e-admin-token",
+  viewer: "e2e-viewer-token",
+};
+const INTERNAL_TOKEN = "e2e-internal-token";
+const MODEL = "Qwen/Qwen3-8B";
+const SMALL_MODEL = "Qwen/Qwen3-0.6B";
+
+const ADMIN_TOKENS = `
+[[admin_tokens]]
+name = "ops-superadmin"
+token_env = "E2E_SUPERADMIN_TOKEN"
+role = "superadmin"
+
+[[admin_tokens]]
+name = "ops-admin"
+token_env = "E2E_ADMIN_TOKEN"
+role = "admin"
+
+[[admin_tokens]]
+name = "ops-viewer"
+token_env = "E2E_VIEWER_TOKEN"
+role = "viewer"
+`;
+
+const TOKEN_ENV = {
+  E2E_SUPERADMIN_TOKEN: TOKENS.superadmin,
+  E2E_ADMIN_TOKEN: TOKENS.admin,
+  E2E_VIEWER_TOKEN: TOKENS.viewer,
+};
+
+const CHROMIUM_ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--disable-quic",
+];
+
+/// The control API of `node` with `token`: [status, body].
+async function api(node, method, path, body, token = TOKENS.superadmin) {
+  const response = await fetch(`${node.admin}/api/v1/${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return [response.status, json];
+}
+
+async function chat(node, model, content) {
+  const response = await fetch(`${node.proxy}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, max_tokens: 4, messages: [{ role: "user", content }] }),
+  });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+/// Like `chat`, but answers the provider that served the request.
+async function chatTarget(node, model, content) {
+  const response = await fetch(`${node.proxy}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, max_tokens: 4, messages: [{ role: "user", content }] }),
+  });
+  await response.arrayBuffer();
+  assert.equal(response.status, 200, `${model}: status ${response.status}`);
+  return (response.headers.get("x-rolter-target") ?? "").split("/")[0];
+}
+
+let shot = 0;
+async function screenshot(page, name) {
+  shot += 1;
+  const file = join(ARTIFACTS, `${String(shot).padStart(2, "0")}-${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  log(`screenshot ${file.slice(UI.length + 1)}`);
+}
+
+/// Opens a screen from the navigation.
+async function nav(page, name) {
+  await page.locator("nav a").filter({ hasText: new RegExp(`^${name}`) }).click();
+}
+
+async function signIn(page, base, token) {
+  await page.goto(`${base}/ui/`);
+  await page.locator("#token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("token-name").waitFor();
+}
+
+async function signOut(page) {
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.locator("#token").waitFor();
+}
+
+/// The text of the option a <select> shows.
+async function shownOption(page, selector) {
+  return page.$eval(selector, (select) => select.options[select.selectedIndex]?.text ?? "");
+}
+
+async function main() {
+  assert.ok(existsSync(join(DIST, "index.html")), `no build in ${DIST}: run \`npm run build\` first`);
+  assert.ok(existsSync(BIN), `no rolter binary at ${BIN}: run \`cargo build\` first or set ROLTER_BIN`);
+  assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: \`apt-get install chromium\` (make deps) or set CHROMIUM`);
+  rmSync(ARTIFACTS, { recursive: true, force: true });
+  mkdirSync(ARTIFACTS, { recursive: true });
+
+  // --- Processes --------------------------------------------------------
+  const databaseUrl = createDatabase(PG);
+  const [kvEngine, plainEngine] = await Promise.all([
+    startEngine(BIN, "gpu-kv", ["--kv-events", "tcp://127.0.0.1:0", "--kv-replay", "tcp://127.0.0.1:0", "--ttft-ms", "3"]),
+    startEngine(BIN, "file-gpu", ["--ttft-ms", "8"]),
+  ]);
+  log(`engines: ${kvEngine.url} (KV events ${kvEngine.kvEvents}), ${plainEngine.url}`);
+
+  const nodeEnv = { ...TOKEN_ENV, ROLTER_UI_DIR: DIST, ROLTER_INTERNAL_TOKEN: INTERNAL_TOKEN };
+  const control = await startNode(
+    BIN,
+    "control",
+    `[server]
+role = "control"
+
+[control_plane]
+database_url_env = "DATABASE_URL"
+internal_token_env = "ROLTER_INTERNAL_TOKEN"
+node_id = "control-1"
+
+[[providers]]
+name = "file-gpu"
+base_url = "${plainEngine.url}"
+
+# Set in the file to a strategy the dashboard's picker does not offer.
+[[routes]]
+model = "file-adaptive"
+strategy = "adaptive"
+targets = [{ provider = "file-gpu", model = "${MODEL}" }]
+
+[[catalog]]
+model = "${MODEL}"
+input_per_mtok = 0.15
+output_per_mtok = 0.6
+
+[[catalog]]
+model = "${SMALL_MODEL}"
+input_per_mtok = 0.02
+output_per_mtok = 0.08
+${ADMIN_TOKENS}`,
+    { ...nodeEnv, DATABASE_URL: databaseUrl, ROLTER_DOCS_URL: DOCS_URL },
+  );
+  const gateway = await startNode(
+    BIN,
+    "gateway",
+    `[server]
+role = "gateway"
+require_api_key = false
+
+[control_plane]
+url = "${control.admin}"
+internal_token_env = "ROLTER_INTERNAL_TOKEN"
+node_id = "gw-1"
+poll_interval_secs = 1
+telemetry_interval_secs = 1
+`,
+    nodeEnv,
+  );
+  const standalone = await startNode(
+    BIN,
+    "standalone",
+    `[server]
+require_api_key = false
+
+[[providers]]
+name = "GPU KV"
+slug = "gpu-kv"
+base_url = "${kvEngine.url}"
+kv_events = { endpoint = "${kvEngine.kvEvents}", replay_endpoint = "${kvEngine.kvReplay}" }
+
+[[providers]]
+name = "GPU plain"
+slug = "gpu-plain"
+base_url = "${plainEngine.url}"
+
+[[routes]]
+model = "chat-precise"
+strategy = "precise_cache_aware"
+targets = [{ provider = "gpu-kv", model = "${MODEL}" }, { provider = "gpu-plain", model = "${MODEL}" }]
+
+[[routes]]
+model = "chat-weighted"
+strategy = "weighted"
+targets = [{ provider = "gpu-kv", model = "${MODEL}", weight = 3 }, { provider = "gpu-plain", model = "${MODEL}" }]
+
+[[catalog]]
+model = "${MODEL}"
+input_per_mtok = 0.15
+output_per_mtok = 0.6
+${ADMIN_TOKENS}`,
+    nodeEnv,
+  );
+  log(`nodes: control ${control.admin}, gateway ${gateway.admin}, standalone ${standalone.admin}`);
+
+  // A route whose strategy was set outside the dashboard (through the API)
+  // to one the picker does not offer.
+  let [status, body] = await api(control, "POST", "routes", {
+    model: "api-adaptive",
+    strategy: "adaptive",
+    targets: [
+      { provider: "file-gpu", model: MODEL, weight: 1 },
+      { provider: "file-gpu", model: SMALL_MODEL, weight: 1 },
+    ],
+  });
+  assert.equal(status, 201, JSON.stringify(body));
+
+  // A fresh profile (--user-data-dir) for this run only.
+  const profile = tempDir("rolter-e2e-chromium-");
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    args: CHROMIUM_ARGS,
+    headless: true,
+    viewport: { width: 1440, height: 900 },
+  });
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(e.message));
+    page.setDefaultTimeout(10_000);
+    const base = control.admin;
+
+    // --- Sign in ----------------------------------------------------------
+    log("sign in");
+    await page.goto(`${base}/ui/`);
+    await page.locator("#token").fill("not-a-token");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").filter({ hasText: "does not accept this token" }).waitFor();
+    await screenshot(page, "sign-in-refused");
+    await page.locator("#token").fill(TOKENS.superadmin);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByTestId("token-name").filter({ hasText: "ops-superadmin" }).waitFor();
+    assert.equal(new URL(page.url()).pathname, "/ui/fleet");
+    await page.getByTestId("fleet-route-file-adaptive").waitFor();
+    await screenshot(page, "fleet-control-node");
+
+    // --- Create a provider with a KV-event source -------------------------
+    log("create a provider with a KV-event source");
+    await nav(page, "Providers");
+    await page.getByRole("link", { name: "New provider" }).click();
+    await page.locator("#provider-name").fill("gpu-kv");
+    await page.locator("#provider-base_url").fill(kvEngine.url);
+    await page.getByTestId("kv-toggle").check();
+    await page.locator("#kv-endpoint").fill(kvEngine.kvEvents);
+    await page.locator("#kv-replay_endpoint").fill(kvEngine.kvReplay);
+    await page.locator("#kv-block_size").fill("16");
+    await screenshot(page, "provider-new-with-kv-events");
+    await page.getByRole("button", { name: "Create provider" }).click();
+    await page.waitForURL(`${base}/ui/providers/gpu-kv`);
+    [status, body] = await api(control, "GET", "providers/gpu-kv");
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.deepEqual(body.data.kv_events, {
+      endpoint: kvEngine.kvEvents,
+      replay_endpoint: kvEngine.kvReplay,
+      block_size: 16,
+    });
+    assert.equal(await page.locator("#kv-endpoint").inputValue(), kvEngine.kvEvents);
+    await screenshot(page, "provider-sheet");
+    await page.getByRole("link", { name: "All providers" }).click();
+    await page.getByTestId("provider-row-gpu-kv").waitFor();
+    await screenshot(page, "providers");
+
+    // --- Create a route ---------------------------------------------------
+    log("create a route");
+    await nav(page, "Routing rules");
+    await page.getByRole("link", { name: "New route" }).click();
+    await page.locator("#rule-model").fill("e2e-chat");
+    await page.getByLabel("Provider of line 1").selectOption("gpu-kv");
+    await page.getByLabel("Model of line 1").fill(MODEL);
+    await page.getByRole("button", { name: "Create route" }).click();
+    await page.waitForURL(`${base}/ui/routes/edit/e2e-chat`);
+    await page.getByTestId("saved").waitFor();
+    [status, body] = await api(control, "GET", "routes/e2e-chat");
+    assert.equal(status, 200, JSON.stringify(body));
+    // The picker was not touched: the route names no strategy (the default).
+    assert.equal(body.data.strategy, undefined, JSON.stringify(body));
+    assert.match(await shownOption(page, "#rule-strategy"), /^round_robin \(default/);
+
+    // --- Switch its strategy ------------------------------------------------
+    log("switch the route's strategy");
+    await page.locator("#rule-strategy").selectOption("precise_cache_aware");
+    const hint = page.getByTestId("telemetry-hint");
+    await hint.waitFor();
+    assert.match(await hint.innerText(), /needs a KV-event source/);
+    assert.match(await hint.innerText(), /provider sheet/);
+    assert.equal(
+      await hint.getByTestId("docs-link").getAttribute("href"),
+      `${DOCS_URL}/strategies.md#setting-up-the-telemetry-strategies`,
+    );
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page.getByTestId("saved").waitFor();
+    [status, body] = await api(control, "GET", "routes/e2e-chat");
+    assert.equal(body.data.strategy, "precise_cache_aware");
+    await screenshot(page, "route-editor-strategy-with-hint");
+
+    // --- Reload: the picker shows the held value --------------------------------
+    log("reload the page");
+    await page.reload();
+    await page.getByTestId("rule-editor").waitFor();
+    assert.equal(await page.locator("#rule-strategy").inputValue(), "precise_cache_aware");
+    assert.equal(await shownOption(page, "#rule-strategy"), "precise_cache_aware");
+    await page.getByTestId("telemetry-hint").waitFor();
+    await screenshot(page, "route-editor-after-reload");
+
+    // --- A strategy the picker does not offer survives an unrelated edit ------
+    log("save an unrelated edit of a route on adaptive");
+    await page.goto(`${base}/ui/routes/edit/api-adaptive`);
+    await page.getByTestId("rule-editor").waitFor();
+    assert.equal(await page.locator("#rule-strategy").inputValue(), "adaptive");
+    assert.match(await shownOption(page, "#rule-strategy"), /^adaptive \(current/);
+    await page.getByLabel("Weight of line 1").fill("4");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page.getByTestId("saved").waitFor();
+    [status, body] = await api(control, "GET", "routes/api-adaptive");
+    assert.equal(body.data.strategy, "adaptive", JSON.stringify(body));
+    assert.equal(body.data.targets[0].weight, 4, JSON.stringify(body));
+    assert.equal(await shownOption(page, "#rule-strategy").then((t) => t.startsWith("adaptive")), true);
+    await screenshot(page, "route-editor-held-adaptive");
+
+    // The file's route: shown as held, read-only, nothing to save.
+    await page.goto(`${base}/ui/routes/edit/file-adaptive`);
+    await page.getByTestId("file-managed-notice").waitFor();
+    assert.equal(await page.locator("#rule-strategy").inputValue(), "adaptive");
+    assert.equal(await page.locator("#rule-strategy").isDisabled(), true);
+    assert.equal(await page.getByRole("button", { name: "Save changes" }).count(), 0);
+    await screenshot(page, "route-editor-file-managed");
+
+    // --- A provider group ---------------------------------------------------
+    log("create a provider group");
+    await nav(page, "Routing rules");
+    await page.getByRole("link", { name: "New provider group" }).click();
+    await page.locator("#rule-name").fill("Edge fleet");
+    await page.locator("#rule-slug").fill("edge");
+    assert.equal(await page.locator("#rule-strategy").inputValue(), "");
+    assert.equal(
+      await page.$$eval("#rule-strategy option", (options) => options.some((o) => o.value === "adaptive")),
+      false,
+      "the picker offers adaptive",
+    );
+    await page.locator("#rule-strategy").selectOption("weighted");
+    await page.getByLabel("Provider of line 1").selectOption("gpu-kv");
+    await page.getByRole("button", { name: "Add member" }).click();
+    await page.getByLabel("Provider of line 2").selectOption("file-gpu");
+    await page.getByLabel("Weight of line 2").fill("3");
+    await page.getByRole("button", { name: "Create provider group" }).click();
+    await page.waitForURL(`${base}/ui/groups/edit/edge`);
+    await page.getByTestId("saved").waitFor();
+    [status, body] = await api(control, "GET", "provider-groups/edge");
+    assert.deepEqual(body.data, {
+      name: "Edge fleet",
+      slug: "edge",
+      strategy: "weighted",
+      members: [{ provider: "gpu-kv" }, { provider: "file-gpu", weight: 3 }],
+    });
+    await screenshot(page, "group-editor");
+
+    // --- Catalog, model sheet, routing rules --------------------------------
+    log("model catalog, model sheet, routing rules");
+    await nav(page, "Model catalog");
+    const adaptiveRow = page.getByTestId("catalog-row-api-adaptive");
+    await adaptiveRow.waitFor();
+    assert.match(await adaptiveRow.innerText(), /file-gpu\s+80%\s+file-gpu\s+20%/);
+    assert.match(await page.getByTestId("catalog-row-e2e-chat").innerText(), /Weights ignored \(precise_cache_aware\)/);
+    assert.match(await adaptiveRow.innerText(), /0\.02–0\.15/);
+    await page.getByRole("button", { name: "Add a price" }).click();
+    await page.getByLabel("Upstream model").fill("org/e2e-small");
+    await page.getByLabel("Input price").fill("0.05");
+    await page.getByLabel("Output price").fill("0.2");
+    await page.getByTestId("price-list").getByRole("button", { name: "Save" }).click();
+    await page.getByTestId("price-list").getByText("org/e2e-small").waitFor();
+    [status, body] = await api(control, "GET", "catalog/org/e2e-small");
+    assert.deepEqual(body.data, { model: "org/e2e-small", input_per_mtok: 0.05, output_per_mtok: 0.2 });
+    await screenshot(page, "model-catalog");
+    await page.getByRole("link", { name: "e2e-chat" }).first().click();
+    await page.getByTestId("model-targets").waitFor();
+    assert.match(await page.getByTestId("model-targets").innerText(), /ignored by precise_cache_aware/);
+    await screenshot(page, "model-sheet");
+    await nav(page, "Routing rules");
+    await page.getByTestId("rule-card-api-adaptive").waitFor();
+    assert.equal(await page.getByTestId("rule-card-api-adaptive").getByTestId("traffic-share").count(), 2);
+    assert.equal(await page.getByTestId("rule-card-e2e-chat").getByTestId("traffic-share").count(), 0);
+    assert.match(await page.getByTestId("rule-card-e2e-chat").innerText(), /Weights are ignored by precise_cache_aware/);
+    await screenshot(page, "routing-rules");
+
+    // --- Adaptive routing: clamping and refusal, verbatim ------------------
+    log("adaptive routing policy");
+    await eventually("the gateway to serve api-adaptive", 10_000, async () => (await chat(gateway, "api-adaptive", "hi")) === 200);
+    for (let i = 0; i < 6; i += 1) {
+      assert.equal(await chat(gateway, i % 2 ? "api-adaptive" : "file-adaptive", `hello ${i}`), 200);
+    }
+    await nav(page, "Adaptive routing");
+    await page.getByTestId("policy-form").waitFor();
+    await page.locator("#policy-enabled").check();
+    await page.locator("#policy-latency_weight").fill("1");
+    await page.locator("#policy-cost_weight").fill("-1");
+    await page.locator("#policy-load_weight").fill("0.5");
+    await page.locator("#policy-exploration_ratio").fill("0.9");
+    await page.locator("#policy-min_samples").fill("5");
+    await page.getByRole("button", { name: "Save policy" }).click();
+    const saved = page.getByTestId("policy-saved");
+    await saved.waitFor();
+    assert.equal(await page.locator("#policy-exploration_ratio").inputValue(), "0.5");
+    assert.equal(await page.locator("#policy-cost_weight").inputValue(), "0");
+    const warnings = await page.getByTestId("policy-warnings").innerText();
+    assert.match(warnings, /0\.9 is above 0\.5; using 0\.5/);
+    assert.match(await page.getByTestId("affected-routes").innerText(), /api-adaptive[\s\S]*file-adaptive|file-adaptive[\s\S]*api-adaptive/);
+    await screenshot(page, "adaptive-routing-clamped");
+    // The gateway converges on the new policy (a new snapshot, so new
+    // balancers) and reports its scores for the traffic that follows.
+    let sent = 0;
+    await eventually("gw-1 to report api-adaptive on the new policy", 15_000, async () => {
+      for (let i = 0; i < 4; i += 1) assert.equal(await chat(gateway, "api-adaptive", `traffic ${sent++}`), 200);
+      const [, telemetry] = await api(control, "GET", "adaptive-routing-telemetry");
+      const node = telemetry.routes?.find((r) => r.model === "api-adaptive")?.nodes.find((n) => n.node_id === "gw-1");
+      return node?.policy.enabled && node.policy.exploration_ratio === 0.5 && node.targets.some((t) => t.picks > 0);
+    });
+    await page.reload();
+    const board = page.getByTestId("scoreboard-api-adaptive");
+    await board.getByText("gw-1", { exact: true }).waitFor();
+    assert.match(await board.innerText(), /Runs: on · latency 1 · cost 0 · load 0\.5 · exploration 0\.5 · min samples 5/);
+    await screenshot(page, "adaptive-routing-scoreboard");
+    // An all-zero blend is refused; the message is the server's, verbatim.
+    for (const key of ["latency_weight", "cost_weight", "load_weight"]) await page.locator(`#policy-${key}`).fill("0");
+    await page.getByRole("button", { name: "Save policy" }).click();
+    const refusal = page.getByTestId("error");
+    await refusal.waitFor();
+    const [refusedStatus, refused] = await api(control, "PUT", "adaptive-routing-policy", {
+      enabled: true,
+      latency_weight: 0,
+      cost_weight: 0,
+      load_weight: 0,
+      exploration_ratio: 0.5,
+      min_samples: 5,
+    });
+    assert.equal(refusedStatus, 422);
+    assert.ok((await refusal.innerText()).includes(refused.error.message), await refusal.innerText());
+    await screenshot(page, "adaptive-routing-refused");
+
+    // --- Cluster ------------------------------------------------------------
+    log("cluster");
+    await nav(page, "Cluster");
+    await page.getByTestId("cluster-node").filter({ hasText: "gw-1" }).waitFor();
+    await page.getByTestId("audit-log").getByText("route.update").first().waitFor();
+    await screenshot(page, "cluster");
+    await nav(page, "Fleet");
+    await page.getByTestId("fleet-route-e2e-chat").waitFor();
+    await screenshot(page, "fleet-control-node-after-edits");
+
+    // --- An admin edits but has no adaptive routing ------------------------------
+    log("admin role");
+    await signOut(page);
+    await signIn(page, base, TOKENS.admin);
+    assert.equal(await page.locator("nav a").filter({ hasText: "Adaptive routing" }).count(), 0);
+    await nav(page, "Routing rules");
+    await page.getByRole("link", { name: "New route" }).waitFor();
+
+    // --- A viewer cannot edit -------------------------------------------------
+    log("viewer role");
+    await signOut(page);
+    await signIn(page, base, TOKENS.viewer);
+    assert.equal(await page.locator("nav a").filter({ hasText: "Adaptive routing" }).count(), 0);
+    await nav(page, "Routing rules");
+    await page.getByTestId("viewer-notice").waitFor();
+    assert.equal(await page.getByRole("link", { name: "New route" }).count(), 0);
+    await page.getByTestId("rule-card-e2e-chat").getByRole("link", { name: "View" }).click();
+    await page.getByTestId("rule-editor").waitFor();
+    assert.equal(await page.locator("#rule-strategy").isDisabled(), true);
+    assert.equal(await page.getByRole("button", { name: "Save changes" }).count(), 0);
+    await screenshot(page, "viewer-route-read-only");
+    await page.goto(`${base}/ui/providers/gpu-kv`);
+    await page.getByTestId("provider-form").waitFor();
+    assert.equal(await page.locator("#provider-base_url").isDisabled(), true);
+    assert.equal(await page.getByRole("button", { name: "Save changes" }).count(), 0);
+    [status, body] = await api(control, "PUT", "routes/e2e-chat", { targets: [{ provider: "gpu-kv" }] }, TOKENS.viewer);
+    assert.equal(status, 403, JSON.stringify(body));
+    await screenshot(page, "viewer-provider-read-only");
+
+    // --- A standalone node: read-only, file-managed, live fleet ---------------
+    log("standalone node");
+    // gpu-kv publishes KV events only for prompts that fill a block, and
+    // neither route is bound to send one there: go on (boundedly) until it has.
+    let kvServed = 0;
+    for (let i = 0; i < 40 && kvServed < 2; i += 1) {
+      const long = `a long shared prefix for the kv cache ${"x ".repeat(64)} ${i}`;
+      for (const route of ["chat-precise", "chat-weighted"]) {
+        if ((await chatTarget(standalone, route, long)) === "gpu-kv") kvServed += 1;
+      }
+      assert.equal(await chat(standalone, "chat-weighted", `hello ${i}`), 200);
+    }
+    assert.ok(kvServed > 0, "gpu-kv served none of the long prompts");
+    const standalonePage = await context.newPage();
+    standalonePage.on("pageerror", (e) => pageErrors.push(e.message));
+    await signIn(standalonePage, standalone.admin, TOKENS.superadmin);
+    await standalonePage.getByTestId("fleet-route-chat-precise").waitFor();
+    await eventually("the KV index of gpu-kv to be fresh on the fleet screen", 15_000, async () =>
+      /fresh/.test(await standalonePage.getByTestId("fleet-route-chat-precise").getByTestId("kv-cell").innerText()),
+    );
+    await screenshot(standalonePage, "fleet-standalone-live");
+    await nav(standalonePage, "Routing rules");
+    const notice = standalonePage.getByTestId("read-only-notice");
+    await notice.waitFor();
+    assert.match(await notice.innerText(), /file-managed/);
+    assert.equal(await standalonePage.getByRole("link", { name: "New route" }).count(), 0);
+    await screenshot(standalonePage, "routing-rules-standalone-read-only");
+    await standalonePage.goto(`${standalone.admin}/ui/routes/edit/chat-precise`);
+    const standaloneHint = standalonePage.getByTestId("telemetry-hint");
+    await standaloneHint.waitFor();
+    // No documentation host here: the hint reads fine without a link.
+    assert.equal(await standaloneHint.getByTestId("docs-link").count(), 0);
+    assert.match(await standaloneHint.innerText(), /Target providers without one: GPU plain\./);
+    assert.equal(await standalonePage.locator("#rule-strategy").isDisabled(), true);
+    await screenshot(standalonePage, "route-editor-standalone-hint-without-docs");
+    await standalonePage.goto(`${standalone.admin}/ui/providers/gpu-kv`);
+    await standalonePage.getByTestId("live-sources").getByText("fresh", { exact: true }).waitFor();
+    await screenshot(standalonePage, "provider-sheet-standalone-live-sources");
+
+    assert.deepEqual(pageErrors, [], `errors in the page: ${pageErrors.join("; ")}`);
+  } finally {
+    await context.close();
+  }
+}
+
+const started = Date.now();
+let failed = false;
+const stop = async (signal) => {
+  log(`${signal}: stopping`);
+  await stopAll();
+  process.exit(130);
+};
+process.once("SIGINT", () => stop("SIGINT"));
+process.once("SIGTERM", () => stop("SIGTERM"));
+try {
+  await main();
+  log(`passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${ARTIFACTS}`);
+} catch (e) {
+  failed = true;
+  process.stderr.write(`\nE2E FAILED: ${e.stack ?? e}\n\n${nodeLogs()}\n`);
+} finally {
+  await stopAll();
+}
+process.exit(failed ? 1 : 0);

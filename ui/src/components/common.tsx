@@ -1,0 +1,133 @@
+import type { MouseEvent, ReactNode } from "react";
+import { ApiError } from "../lib/api";
+import { useApp } from "../lib/hooks";
+import { navigate } from "../lib/router";
+
+/// An in-app link: client-side navigation, a real href for new tabs.
+export function Link(props: { to: string; children: ReactNode; className?: string; title?: string }) {
+  const onClick = (e: MouseEvent<HTMLAnchorElement>) => {
+    if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return;
+    e.preventDefault();
+    navigate(props.to);
+  };
+  return (
+    <a href={props.to} onClick={onClick} className={props.className} title={props.title}>
+      {props.children}
+    </a>
+  );
+}
+
+export function PageHead(props: { title: ReactNode; children?: ReactNode; actions?: ReactNode }) {
+  return (
+    <div className="page-head">
+      <div>
+        <h1>{props.title}</h1>
+        {props.children && <p>{props.children}</p>}
+      </div>
+      {props.actions && <div className="actions">{props.actions}</div>}
+    </div>
+  );
+}
+
+export function Panel(props: { title?: ReactNode; aside?: ReactNode; children: ReactNode; testId?: string }) {
+  return (
+    <section className="panel" data-testid={props.testId}>
+      {(props.title || props.aside) && (
+        <div className="panel-head">
+          {props.title ? <h2>{props.title}</h2> : <span />}
+          {props.aside && <span className="muted">{props.aside}</span>}
+        </div>
+      )}
+      {props.children}
+    </section>
+  );
+}
+
+export function Badge(props: { tone?: "ok" | "warn" | "bad" | "accent"; children: ReactNode; title?: string }) {
+  return (
+    <span className={`badge ${props.tone ?? ""}`} title={props.title}>
+      {props.children}
+    </span>
+  );
+}
+
+export function StrategyBadge(props: { strategy: string | undefined }) {
+  return <span className="badge strategy">{props.strategy ?? "round_robin"}</span>;
+}
+
+/// A node's refusal, its message verbatim, with field-level problems.
+export function ErrorBox(props: { error: ApiError | Error | string | null; title?: string }) {
+  const { error } = props;
+  if (!error) return null;
+  const message = typeof error === "string" ? error : error.message;
+  const problems = error instanceof ApiError ? error.problems : [];
+  const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : "";
+  return (
+    <div className="notice error" role="alert" data-testid="error">
+      <strong>{props.title ?? "The node refused this"}{status}</strong>
+      <p className="error-message">{message}</p>
+      {problems.length > 1 && (
+        <ul>
+          {problems.map((p, i) => (
+            <li key={i}>
+              {p.field && <code>{p.field}</code>} {p.message}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+export function Loading(props: { what: string }) {
+  return <p className="muted">Loading {props.what}…</p>;
+}
+
+/// Where the configuration of this node is changed, when not here.
+export function ReadOnlyNotice() {
+  const { session, canEdit } = useApp();
+  if (session.read_only) {
+    return (
+      <div className="notice info" data-testid="read-only-notice">
+        <strong>Read-only: this node's configuration is file-managed.</strong>
+        <p>
+          {session.node_role === "gateway"
+            ? "This gateway runs the configuration its control node publishes; change it on the control node."
+            : "This standalone node runs rolter.toml. Change the file, then reload (POST /admin/reload or SIGHUP); the dashboard shows what the node runs."}
+        </p>
+      </div>
+    );
+  }
+  if (!canEdit) {
+    return (
+      <div className="notice info" data-testid="viewer-notice">
+        <strong>Viewing only.</strong>
+        <p>Your token ({session.token_name}) has the viewer role; changes need an admin token.</p>
+      </div>
+    );
+  }
+  return null;
+}
+
+/// A link to the documentation host, or nothing at all when the deployment
+/// has none (air-gapped): the sentence around it must read fine without.
+export function DocsLink(props: { page: string; children: ReactNode }) {
+  const { session } = useApp();
+  if (!session.docs_url) return null;
+  const url = `${session.docs_url.replace(/\/+$/, "")}/${props.page}`;
+  return (
+    <a href={url} target="_blank" rel="noreferrer" data-testid="docs-link">
+      {props.children}
+    </a>
+  );
+}
+
+export function FileManagedBadge() {
+  return (
+    <Badge title="Defined in rolter.toml: read-only here">rolter.toml</Badge>
+  );
+}
+
+export function Empty(props: { children: ReactNode }) {
+  return <p className="muted">{props.children}</p>;
+}

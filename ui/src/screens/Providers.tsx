@@ -1,0 +1,462 @@
+// The providers list and the provider sheet: every field of a
+// `[[providers]]` table, its `kv_events` and `lmcache` telemetry sources
+// included, editable for providers kept in the database (control nodes).
+
+import { useState, type FormEvent, type ReactNode } from "react";
+import { ApiError, type KvEventsSource, type LmcacheSource, type ProviderRow } from "../lib/api";
+import { applyEdits, fieldText, type FieldEdit, type FieldKind } from "../lib/edit";
+import { useApp, useConfig, useLoad } from "../lib/hooks";
+import { formatDuration, formatNumber, formatPercent } from "../lib/format";
+import { usersOf } from "../lib/routing";
+import { href, navigate } from "../lib/router";
+import {
+  Badge,
+  Empty,
+  ErrorBox,
+  FileManagedBadge,
+  Link,
+  Loading,
+  PageHead,
+  Panel,
+  ReadOnlyNotice,
+} from "../components/common";
+
+interface KvIndexSummary {
+  provider: string;
+  configured: boolean;
+  usable: boolean;
+  blocks_resident: number;
+  block_size: number;
+  data_parallel_size: number;
+  messages: number;
+  gaps: number;
+  ranks: { rank: number; connected: boolean; stale: boolean; rebuilding: boolean; usable: boolean; last_message_age_ms: number | null }[];
+}
+
+interface OccupancySummary {
+  occupancy: number | null;
+  cache_available: boolean;
+  age_ms: number | null;
+  fresh: boolean;
+  polls: number;
+  failures: number;
+}
+
+interface EngineTelemetry {
+  kv_indexes: KvIndexSummary[];
+  lmcache: Record<string, OccupancySummary>;
+}
+
+export function Providers() {
+  const { canEdit } = useApp();
+  const config = useConfig();
+  const data = config.data;
+  return (
+    <>
+      <PageHead
+        title="Providers"
+        actions={
+          canEdit && (
+            <Link className="button primary" to={href.newProvider()}>
+              New provider
+            </Link>
+          )
+        }
+      >
+        The engines rolter sends requests to, and the telemetry sources the cache-aware strategies read:
+        <code>kv_events</code> for precise_cache_aware, <code>lmcache</code> for lmcache_aware.
+      </PageHead>
+      <ReadOnlyNotice />
+      {config.error && <ErrorBox error={config.error} title="Could not read the providers" />}
+      {config.loading && !data && <Loading what="the providers" />}
+      {data && (
+        <Panel testId="providers-table">
+          {data.providers.data.length === 0 ? (
+            <Empty>No providers yet.</Empty>
+          ) : (
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>Name</th>
+                    <th>Slug</th>
+                    <th>Base URL</th>
+                    <th>KV events</th>
+                    <th>LMCache</th>
+                    <th>Used by</th>
+                    <th>Defined in</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {data.providers.data.map((provider) => {
+                    const users = usersOf(provider, data.routes.data, data.groups.data);
+                    const slug = provider.slug ?? "";
+                    return (
+                      <tr key={slug} data-testid={`provider-row-${slug}`}>
+                        <td>
+                          <Link to={href.provider(slug)}>{provider.name}</Link>
+                        </td>
+                        <td className="mono">{slug}</td>
+                        <td className="mono small">{provider.base_url}</td>
+                        <td className="mono small">{provider.kv_events?.endpoint ?? <span className="faint">—</span>}</td>
+                        <td className="mono small">{provider.lmcache?.endpoint ?? <span className="faint">—</span>}</td>
+                        <td className="small">
+                          {[...users.routes, ...users.groups.map((g) => `${g}/…`)].join(", ") || (
+                            <span className="faint">nothing</span>
+                          )}
+                        </td>
+                        <td>{data.providers.file_managed.includes(slug) ? <FileManagedBadge /> : <Badge tone="accent">database</Badge>}</td>
+                      </tr>
+                    );
+                  })}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Panel>
+      )}
+    </>
+  );
+}
+
+const GENERAL: { key: keyof ProviderRow; label: string; kind: FieldKind; help: string; createOnly?: boolean }[] = [
+  { key: "name", label: "Name", kind: "text", help: "Display name; unique." },
+  { key: "slug", label: "Slug", kind: "text", help: "Identifier in provider-slug/model addresses, metrics and headers. Derived from the name when empty; cannot be changed later.", createOnly: true },
+  { key: "base_url", label: "Base URL", kind: "text", help: "The server root, e.g. http://10.0.0.11:8000, without /v1 (rolter appends it)." },
+  { key: "api_key_env", label: "API key variable", kind: "text", help: "Environment variable holding the bearer token sent upstream, on every node that serves traffic. Empty: no credentials." },
+  { key: "health_path", label: "Health path", kind: "text", help: "Probed for health. Default /v1/models." },
+  { key: "max_loras", label: "Max LoRAs", kind: "int", help: "Adapters the engine holds at once (vLLM --max-loras), for lora_aware. Default 8." },
+  { key: "ca_file", label: "CA file", kind: "text", help: "PEM bundle of extra trusted CAs for an https:// base URL." },
+];
+
+const KV_FIELDS: { key: keyof KvEventsSource; label: string; kind: FieldKind; help: string }[] = [
+  { key: "endpoint", label: "Endpoint", kind: "text", help: "The engine's ZMQ publisher as rolter connects to it, tcp://host:port (vLLM --kv-events-config endpoint, with the engine's host)." },
+  { key: "replay_endpoint", label: "Replay endpoint", kind: "text", help: "The engine's ROUTER for replaying missed batches, tcp://host:port. Without it a gap clears the index." },
+  { key: "topic", label: "Topic", kind: "text", help: "Subscription prefix. Default: every topic." },
+  { key: "block_size", label: "Block size", kind: "int", help: "Tokens per KV block; must equal the engine's --block-size. Default 16." },
+  { key: "data_parallel_size", label: "Data-parallel ranks", kind: "int", help: "Rank r publishes on the endpoint's port + r. Default 1." },
+];
+
+const LMCACHE_FIELDS: { key: keyof LmcacheSource; label: string; kind: FieldKind; help: string }[] = [
+  { key: "endpoint", label: "Endpoint", kind: "text", help: "http(s) URL answering the occupancy signal." },
+  { key: "metric", label: "Metric", kind: "text", help: "With the prometheus format: the gauge holding the occupancy in [0, 1]." },
+  { key: "poll_interval_secs", label: "Poll interval (s)", kind: "int", help: "Default 2." },
+  { key: "stale_after_secs", label: "Stale after (s)", kind: "int", help: "A reading older than this is ignored. Default 10; more than the poll interval." },
+];
+
+type Texts = Record<string, string>;
+
+function textsOf<T extends object>(row: T | undefined, keys: readonly { key: keyof T }[]): Texts {
+  const texts: Texts = {};
+  for (const { key } of keys) texts[key as string] = fieldText(row?.[key]);
+  return texts;
+}
+
+export function ProviderSheet(props: { slug: string | null }) {
+  const config = useConfig();
+  const data = config.data;
+  if (config.error) return <ErrorBox error={config.error} title="Could not read the providers" />;
+  if (!data) return <Loading what="the provider" />;
+  const original = props.slug === null ? null : data.providers.data.find((p) => p.slug === props.slug);
+  if (original === undefined) {
+    return (
+      <PageHead title={props.slug}>
+        No provider <code>{props.slug}</code> on this node. <Link to={href.providers()}>Back to the providers</Link>.
+      </PageHead>
+    );
+  }
+  const fileManaged = original !== null && data.providers.file_managed.includes(original.slug ?? "");
+  const users = original ? usersOf(original, data.routes.data, data.groups.data) : { routes: [], groups: [] };
+  return (
+    <ProviderForm
+      key={JSON.stringify(original)}
+      original={original}
+      fileManaged={fileManaged}
+      users={users}
+      onSaved={config.reload}
+    />
+  );
+}
+
+function ProviderForm(props: {
+  original: ProviderRow | null;
+  fileManaged: boolean;
+  users: { routes: string[]; groups: string[] };
+  onSaved: () => void;
+}) {
+  const { api, canEdit } = useApp();
+  const { original } = props;
+  const creating = original === null;
+  const readOnly = !canEdit || props.fileManaged;
+  const [general, setGeneral] = useState<Texts>(() => textsOf(original ?? undefined, GENERAL));
+  const [tlsVerify, setTlsVerify] = useState(fieldText(original?.tls_verify));
+  const [kvOn, setKvOn] = useState(original?.kv_events != null);
+  const [kv, setKv] = useState<Texts>(() => textsOf(original?.kv_events, KV_FIELDS));
+  const [lmOn, setLmOn] = useState(original?.lmcache != null);
+  const [lm, setLm] = useState<Texts>(() => textsOf(original?.lmcache, LMCACHE_FIELDS));
+  const [lmFormat, setLmFormat] = useState(fieldText(original?.lmcache?.format));
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const [error, setError] = useState<ApiError | string | null>(null);
+  const [saved, setSaved] = useState<{ version?: number; warnings?: { field: string | null; message: string }[] } | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    setSaved(null);
+    const edits: FieldEdit[] = GENERAL.map(({ key, kind }) => ({ key, kind, text: general[key] }));
+    edits.push({ key: "tls_verify", kind: "bool", text: tlsVerify });
+    const { row, errors: found } = applyEdits<ProviderRow>(original ?? {}, edits);
+    const all: Record<string, string> = { ...found };
+    if (kvOn) {
+      const result = applyEdits<KvEventsSource>(original?.kv_events ?? {}, KV_FIELDS.map(({ key, kind }) => ({ key, kind, text: kv[key] })));
+      Object.entries(result.errors).forEach(([k, m]) => (all[`kv_events.${k}`] = m));
+      row.kv_events = result.row;
+    } else {
+      delete row.kv_events;
+    }
+    if (lmOn) {
+      const result = applyEdits<LmcacheSource>(original?.lmcache ?? {}, [
+        ...LMCACHE_FIELDS.map(({ key, kind }) => ({ key, kind, text: lm[key] })),
+        { key: "format", kind: "text" as const, text: lmFormat },
+      ]);
+      Object.entries(result.errors).forEach(([k, m]) => (all[`lmcache.${k}`] = m));
+      row.lmcache = result.row;
+    } else {
+      delete row.lmcache;
+    }
+    setErrors(all);
+    if (Object.keys(all).length) return setError("Some fields need a fix: see below.");
+    setBusy(true);
+    try {
+      const answer = creating ? await api.create("providers", row) : await api.replace("providers", original?.slug ?? "", row);
+      setBusy(false);
+      if (creating) {
+        navigate(href.provider((answer.data as ProviderRow).slug ?? ""), true);
+      } else {
+        setSaved(answer as typeof saved);
+      }
+      props.onSaved();
+    } catch (err) {
+      setError(err as ApiError);
+      setBusy(false);
+    }
+  };
+
+  const remove = async () => {
+    if (!original?.slug || !window.confirm(`Delete the provider ${original.name}?`)) return;
+    setBusy(true);
+    try {
+      await api.remove("providers", original.slug);
+      navigate(href.providers());
+    } catch (err) {
+      setError(err as ApiError);
+      setBusy(false);
+    }
+  };
+
+  const field = (
+    id: string,
+    label: string,
+    help: string,
+    value: string,
+    onChange: (v: string) => void,
+    options: { disabled?: boolean; error?: string } = {},
+  ): ReactNode => (
+    <>
+      <label htmlFor={id}>{label}</label>
+      <div>
+        <input id={id} value={value} disabled={options.disabled} onChange={(e) => onChange(e.target.value)} />
+        <div className="help">{help}</div>
+        {options.error && <div className="field-error">{options.error}</div>}
+      </div>
+    </>
+  );
+
+  return (
+    <>
+      <PageHead
+        title={
+          <>
+            {creating ? "New provider" : original?.name} {props.fileManaged && <FileManagedBadge />}
+          </>
+        }
+        actions={
+          <Link className="button" to={href.providers()}>
+            All providers
+          </Link>
+        }
+      >
+        {creating
+          ? "An OpenAI-compatible engine. Routes and provider groups name it by its slug."
+          : `Slug ${original?.slug}. Used by ${
+              [...props.users.routes, ...props.users.groups.map((g) => `${g}/…`)].join(", ") || "no route yet"
+            }.`}
+      </PageHead>
+      <ReadOnlyNotice />
+      {props.fileManaged && canEdit && (
+        <div className="notice info" data-testid="file-managed-notice">
+          <strong>This provider is defined in rolter.toml</strong>
+          <p>It is read-only here: change it in the control node's rolter.toml and reload.</p>
+        </div>
+      )}
+      {!creating && original?.slug && <LiveSources slug={original.slug} provider={original} />}
+      <form onSubmit={save} data-testid="provider-form">
+        <fieldset disabled={readOnly} style={{ border: "none", padding: 0, margin: 0 }}>
+          <Panel title="Connection">
+            <div className="form-grid">
+              {GENERAL.map(({ key, label, help, createOnly }) =>
+                field(`provider-${key}`, label, help, general[key], (v) => setGeneral((g) => ({ ...g, [key]: v })), {
+                  disabled: createOnly && !creating,
+                  error: errors[key],
+                }),
+              )}
+              <label htmlFor="provider-tls_verify">Verify TLS</label>
+              <div>
+                <select id="provider-tls_verify" value={tlsVerify} onChange={(e) => setTlsVerify(e.target.value)}>
+                  <option value="">default (verify)</option>
+                  <option value="true">verify</option>
+                  <option value="false">do not verify (warned)</option>
+                </select>
+                <div className="help">Whether an https:// provider's certificate is checked.</div>
+              </div>
+            </div>
+          </Panel>
+          <Panel title="Telemetry sources" aside="read by precise_cache_aware and lmcache_aware" testId="telemetry-sources">
+            <div className="source-box">
+              <label className="source-head">
+                <input type="checkbox" checked={kvOn} onChange={(e) => setKvOn(e.target.checked)} data-testid="kv-toggle" />
+                <strong>KV events</strong>
+                <span className="muted small">the engine's vLLM KV-cache event stream, for precise_cache_aware</span>
+              </label>
+              {kvOn && (
+                <div className="form-grid">
+                  {KV_FIELDS.map(({ key, label, help }) =>
+                    field(`kv-${key}`, label, help, kv[key], (v) => setKv((k) => ({ ...k, [key]: v })), {
+                      error: errors[`kv_events.${key}`],
+                    }),
+                  )}
+                </div>
+              )}
+            </div>
+            <div className="source-box">
+              <label className="source-head">
+                <input type="checkbox" checked={lmOn} onChange={(e) => setLmOn(e.target.checked)} data-testid="lmcache-toggle" />
+                <strong>LMCache</strong>
+                <span className="muted small">the cache's occupancy signal, for lmcache_aware</span>
+              </label>
+              {lmOn && (
+                <div className="form-grid">
+                  {field(`lm-endpoint`, "Endpoint", LMCACHE_FIELDS[0].help, lm.endpoint, (v) => setLm((l) => ({ ...l, endpoint: v })), {
+                    error: errors["lmcache.endpoint"],
+                  })}
+                  <label htmlFor="lm-format">Format</label>
+                  <div>
+                    <select id="lm-format" value={lmFormat} onChange={(e) => setLmFormat(e.target.value)}>
+                      <option value="">default (json)</option>
+                      <option value="json">json: {"{occupancy, cache_available}"}</option>
+                      <option value="prometheus">prometheus: a gauge in text exposition</option>
+                    </select>
+                  </div>
+                  {LMCACHE_FIELDS.slice(1).map(({ key, label, help }) =>
+                    field(`lm-${key}`, label, help, lm[key], (v) => setLm((l) => ({ ...l, [key]: v })), {
+                      error: errors[`lmcache.${key}`],
+                    }),
+                  )}
+                </div>
+              )}
+            </div>
+          </Panel>
+        </fieldset>
+        <ErrorBox error={error} />
+        {saved && (
+          <div className="notice ok" data-testid="saved">
+            <strong>Saved{saved.version != null ? ` — configuration version ${saved.version}` : ""}.</strong>
+            {saved.warnings && saved.warnings.length > 0 && (
+              <ul>
+                {saved.warnings.map((w, i) => (
+                  <li key={i}>
+                    {w.field && <code>{w.field}</code>} {w.message}
+                  </li>
+                ))}
+              </ul>
+            )}
+          </div>
+        )}
+        {!readOnly && (
+          <div className="form-actions">
+            <button className="primary" type="submit" disabled={busy}>
+              {busy ? "Saving…" : creating ? "Create provider" : "Save changes"}
+            </button>
+            <Link className="button" to={href.providers()}>
+              Cancel
+            </Link>
+            {!creating && (
+              <button type="button" className="danger" onClick={remove} disabled={busy} style={{ marginLeft: "auto" }}>
+                Delete provider
+              </button>
+            )}
+          </div>
+        )}
+      </form>
+    </>
+  );
+}
+
+/// What this node reads from the provider's sources right now.
+function LiveSources(props: { slug: string; provider: ProviderRow }) {
+  const { api } = useApp();
+  const telemetry = useLoad(() => api.get<EngineTelemetry>("/admin/kv-index"), [], { intervalMs: 5000 });
+  if (!props.provider.kv_events && !props.provider.lmcache) return null;
+  const kv = telemetry.data?.kv_indexes.find((k) => k.provider === props.slug);
+  const lm = telemetry.data?.lmcache[props.slug];
+  return (
+    <Panel title="Sources on this node" aside="refreshed every 5 s" testId="live-sources">
+      {telemetry.error && <ErrorBox error={telemetry.error} />}
+      <div className="form-grid">
+        {props.provider.kv_events && (
+          <>
+            <label>KV index</label>
+            <div>
+              {!kv || !kv.configured ? (
+                <span className="muted">No subscriber on this node (control nodes serve no traffic and subscribe to nothing).</span>
+              ) : (
+                <>
+                  {kv.usable ? <Badge tone="ok">fresh</Badge> : <Badge tone="warn">stale</Badge>}{" "}
+                  {formatNumber(kv.blocks_resident)} blocks resident · {formatNumber(kv.messages)} messages ·{" "}
+                  {formatNumber(kv.gaps)} gaps
+                  <div className="help">
+                    {kv.ranks
+                      .map(
+                        (r) =>
+                          `rank ${r.rank}: ${r.connected ? "connected" : "disconnected"}, ${
+                            r.usable ? "usable" : r.rebuilding ? "rebuilding" : "stale"
+                          }${r.last_message_age_ms != null ? `, last event ${formatDuration(r.last_message_age_ms)} ago` : ""}`,
+                      )
+                      .join("; ")}
+                  </div>
+                </>
+              )}
+            </div>
+          </>
+        )}
+        {props.provider.lmcache && (
+          <>
+            <label>LMCache</label>
+            <div>
+              {!lm || lm.polls === 0 ? (
+                <span className="muted">Not polled on this node yet.</span>
+              ) : (
+                <>
+                  {lm.fresh ? <Badge tone="ok">fresh</Badge> : <Badge tone="warn">stale</Badge>}{" "}
+                  {lm.occupancy == null ? "no reading" : `${formatPercent(lm.occupancy)} full`} ·{" "}
+                  {lm.age_ms == null ? "never read" : `read ${formatDuration(lm.age_ms)} ago`} · {formatNumber(lm.failures)} failed polls
+                </>
+              )}
+            </div>
+          </>
+        )}
+      </div>
+    </Panel>
+  );
+}

@@ -1,0 +1,363 @@
+// The route and provider-group editors. Both start from the row as the node
+// sent it and change only what the operator touched (lib/edit.ts); the
+// strategy picker follows lib/picker.ts.
+
+import { useState, type FormEvent } from "react";
+import { ApiError, type GroupRow, type ProviderRow, type RouteRow } from "../lib/api";
+import { applyEdits, draftOf, entriesOf, fieldText, newDraft, type EntryDraft } from "../lib/edit";
+import { useApp, useConfig } from "../lib/hooks";
+import { formatPercent } from "../lib/format";
+import { effectiveStrategy, pickerValue, strategyToSave } from "../lib/picker";
+import { trafficShares, usesWeights } from "../lib/strategies";
+import { href, navigate } from "../lib/router";
+import { ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice } from "../components/common";
+import { StrategyPicker } from "../components/StrategyPicker";
+
+type Kind = "route" | "group";
+
+interface Saved {
+  version?: number;
+  warnings?: { field: string | null; message: string }[];
+}
+
+export function RouteEditor(props: { model: string | null }) {
+  return <RuleEditor kind="route" ruleKey={props.model} />;
+}
+
+export function GroupEditor(props: { slug: string | null }) {
+  return <RuleEditor kind="group" ruleKey={props.slug} />;
+}
+
+/// The answer of a create, shown by the editor the page moves to.
+let flash: Saved | null = null;
+
+function RuleEditor(props: { kind: Kind; ruleKey: string | null }) {
+  const config = useConfig();
+  const [saved, setSaved] = useState<Saved | null>(() => {
+    const shown = flash;
+    flash = null;
+    return shown;
+  });
+  const data = config.data;
+  if (config.error) return <ErrorBox error={config.error} title="Could not read the configuration" />;
+  if (!data) return <Loading what="the rule" />;
+  const listing = props.kind === "route" ? data.routes : data.groups;
+  const key = props.ruleKey;
+  const original =
+    key === null
+      ? null
+      : (props.kind === "route"
+          ? data.routes.data.find((r) => r.model === key)
+          : data.groups.data.find((g) => g.slug === key)) ?? undefined;
+  if (original === undefined) {
+    return (
+      <PageHead title={key}>
+        No {props.kind === "route" ? "route" : "provider group"} <code>{key}</code> on this node.{" "}
+        <Link to={href.routes()}>Back to the routing rules</Link>.
+      </PageHead>
+    );
+  }
+  return (
+    <EditorForm
+      key={JSON.stringify(original)}
+      kind={props.kind}
+      original={original}
+      fileManaged={key !== null && listing.file_managed.includes(key)}
+      providers={data.providers.data}
+      saved={saved}
+      onSaved={(answer, movedTo) => {
+        if (movedTo) {
+          flash = answer;
+          navigate(movedTo, true);
+        } else {
+          setSaved(answer);
+          config.reload();
+        }
+      }}
+    />
+  );
+}
+
+function EditorForm(props: {
+  kind: Kind;
+  original: RouteRow | GroupRow | null;
+  fileManaged: boolean;
+  providers: ProviderRow[];
+  saved: Saved | null;
+  /// After a write: its answer, and the editor to move to after a create.
+  onSaved: (answer: Saved, movedTo: string | null) => void;
+}) {
+  const { api, canEdit } = useApp();
+  const { kind, original } = props;
+  const route = kind === "route" ? (original as RouteRow | null) : null;
+  const group = kind === "group" ? (original as GroupRow | null) : null;
+  const creating = original === null;
+  const readOnly = !canEdit || props.fileManaged;
+  const noun = kind === "route" ? "route" : "provider group";
+  const ruleKey = kind === "route" ? route?.model ?? "" : group?.slug ?? "";
+
+  const [model, setModel] = useState(fieldText(route?.model));
+  const [name, setName] = useState(fieldText(group?.name));
+  const [slug, setSlug] = useState(fieldText(group?.slug));
+  const held = original?.strategy;
+  const [strategy, setStrategy] = useState(pickerValue(held));
+  const [touched, setTouched] = useState(false);
+  const initialEntries = (kind === "route" ? route?.targets : group?.members) ?? [];
+  const [drafts, setDrafts] = useState<EntryDraft[]>(() =>
+    initialEntries.length ? initialEntries.map(draftOf) : [newDraft(props.providers[0]?.slug ?? "")],
+  );
+  const [error, setError] = useState<ApiError | string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const saved = busy || error ? null : props.saved;
+
+  const effective = effectiveStrategy(strategy);
+  const shares = trafficShares(effective, drafts.map((d) => ({ weight: /^\d+$/.test(d.weight) ? Number(d.weight) : null })));
+
+  const update = (i: number, patch: Partial<EntryDraft>) =>
+    setDrafts((all) => all.map((d, j) => (j === i ? { ...d, ...patch } : d)));
+
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    const { entries, errors: entryErrors } = entriesOf(drafts);
+    const keyEdits =
+      kind === "route"
+        ? [{ key: "model", kind: "text" as const, text: model }]
+        : [
+            { key: "name", kind: "text" as const, text: name },
+            { key: "slug", kind: "text" as const, text: slug },
+          ];
+    const { row, errors } = applyEdits<Record<string, unknown>>((original ?? {}) as Record<string, unknown>, keyEdits);
+    const problems = [...Object.entries(errors).map(([f, m]) => `${f}: ${m}`), ...entryErrors];
+    if (entries.length === 0) problems.push(`a ${noun} needs at least one ${kind === "route" ? "target" : "member"}`);
+    if (problems.length) return setError(problems.join("; "));
+    const chosen = strategyToSave(held, strategy, touched);
+    if (chosen === undefined) delete row.strategy;
+    else row.strategy = chosen;
+    row[kind === "route" ? "targets" : "members"] = entries;
+
+    const collection = kind === "route" ? "routes" : "provider-groups";
+    setBusy(true);
+    try {
+      const answer = (creating
+        ? await api.create(collection, row)
+        : await api.replace(collection, ruleKey, row)) as Saved & { data: RouteRow & GroupRow };
+      setBusy(false);
+      const key = (kind === "route" ? answer.data.model : answer.data.slug) ?? "";
+      props.onSaved(answer, creating ? (kind === "route" ? href.editRoute(key) : href.editGroup(key)) : null);
+    } catch (err) {
+      setError(err as ApiError);
+      setBusy(false);
+    }
+  };
+
+  const remove = async () => {
+    if (!window.confirm(`Delete the ${noun} ${ruleKey}? Clients calling it will get 404.`)) return;
+    setBusy(true);
+    try {
+      await api.remove(kind === "route" ? "routes" : "provider-groups", ruleKey);
+      navigate(href.routes());
+    } catch (err) {
+      setError(err as ApiError);
+      setBusy(false);
+    }
+  };
+
+  const title = creating ? `New ${noun}` : kind === "route" ? ruleKey : `${ruleKey}/<model>`;
+  return (
+    <>
+      <PageHead
+        title={
+          <>
+            {title} {props.fileManaged && <FileManagedBadge />}
+          </>
+        }
+        actions={
+          <>
+            {kind === "route" && !creating && (
+              <Link className="button" to={href.model(ruleKey)}>
+                Model sheet
+              </Link>
+            )}
+            <Link className="button" to={href.routes()}>
+              All rules
+            </Link>
+          </>
+        }
+      >
+        {kind === "route"
+          ? "A public model clients call, the targets it goes to and how they are chosen."
+          : "Callers address the group as group-slug/model; members without a model forward the requested one."}
+      </PageHead>
+      <ReadOnlyNotice />
+      {props.fileManaged && canEdit && (
+        <div className="notice info" data-testid="file-managed-notice">
+          <strong>This {noun} is defined in rolter.toml</strong>
+          <p>It is read-only here: change it in the control node's rolter.toml and reload.</p>
+        </div>
+      )}
+      <form className="panel" onSubmit={save} data-testid="rule-editor">
+        <fieldset disabled={readOnly} style={{ border: "none", padding: 0, margin: 0 }}>
+          <div className="form-grid">
+            {kind === "route" ? (
+              <>
+                <label htmlFor="rule-model">Public model</label>
+                <div>
+                  <input
+                    id="rule-model"
+                    value={model}
+                    disabled={!creating}
+                    onChange={(e) => setModel(e.target.value)}
+                    placeholder="e.g. chat or org/model"
+                  />
+                  <div className="help">What clients send as "model". It cannot be renamed: create a new route instead.</div>
+                </div>
+              </>
+            ) : (
+              <>
+                <label htmlFor="rule-name">Name</label>
+                <input id="rule-name" value={name} onChange={(e) => setName(e.target.value)} />
+                <label htmlFor="rule-slug">Slug</label>
+                <div>
+                  <input
+                    id="rule-slug"
+                    value={slug}
+                    disabled={!creating}
+                    onChange={(e) => setSlug(e.target.value)}
+                    placeholder="derived from the name when empty"
+                  />
+                  <div className="help">Callers send slug/model. It cannot be changed later.</div>
+                </div>
+              </>
+            )}
+            <label htmlFor="rule-strategy">Strategy</label>
+            <StrategyPicker
+              id="rule-strategy"
+              held={held}
+              value={strategy}
+              onChange={(value) => {
+                setStrategy(value);
+                setTouched(true);
+              }}
+              disabled={readOnly}
+              noun={noun}
+              targetProviders={drafts.map((d) => d.provider)}
+              providers={props.providers}
+            />
+          </div>
+          <h3 style={{ marginTop: 20 }}>{kind === "route" ? "Targets" : "Members"}</h3>
+          {!usesWeights(effective) && (
+            <p className="muted small" data-testid="weights-ignored">
+              Weights are ignored by {effective}: a weight set here is stored and never consulted.
+            </p>
+          )}
+          <div className="table-wrap">
+            <table className="entries">
+              <thead>
+                <tr>
+                  <th style={{ width: "32%" }}>Provider</th>
+                  <th>{kind === "route" ? "Upstream model" : "Model (optional)"}</th>
+                  <th style={{ width: 110 }}>Weight</th>
+                  {shares && <th className="num">Share</th>}
+                  <th style={{ width: 90 }} />
+                </tr>
+              </thead>
+              <tbody>
+                {drafts.map((draft, i) => (
+                  <tr key={i} data-testid="entry-row">
+                    <td>
+                      <ProviderSelect
+                        value={draft.provider}
+                        providers={props.providers}
+                        onChange={(provider) => update(i, { provider })}
+                        label={`Provider of line ${i + 1}`}
+                      />
+                    </td>
+                    <td>
+                      <input
+                        aria-label={`Model of line ${i + 1}`}
+                        value={draft.model}
+                        onChange={(e) => update(i, { model: e.target.value })}
+                        placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
+                      />
+                    </td>
+                    <td>
+                      <input
+                        aria-label={`Weight of line ${i + 1}`}
+                        inputMode="numeric"
+                        value={draft.weight}
+                        placeholder="1"
+                        onChange={(e) => update(i, { weight: e.target.value })}
+                      />
+                    </td>
+                    {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
+                    <td className="num">
+                      {!readOnly && (
+                        <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((_, j) => j !== i))}>
+                          Remove
+                        </button>
+                      )}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+          {!readOnly && (
+            <button type="button" style={{ marginTop: 8 }} onClick={() => setDrafts((all) => [...all, newDraft(props.providers[0]?.slug ?? "")])}>
+              Add {kind === "route" ? "target" : "member"}
+            </button>
+          )}
+        </fieldset>
+        <div style={{ marginTop: 16 }}>
+          <ErrorBox error={error} />
+          {saved && (
+            <div className="notice ok" data-testid="saved">
+              <strong>Saved{saved.version != null ? ` — configuration version ${saved.version}` : ""}.</strong>
+              {saved.warnings && saved.warnings.length > 0 && (
+                <ul>
+                  {saved.warnings.map((w, i) => (
+                    <li key={i}>
+                      {w.field && <code>{w.field}</code>} {w.message}
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </div>
+          )}
+        </div>
+        {!readOnly && (
+          <div className="form-actions">
+            <button className="primary" type="submit" disabled={busy}>
+              {busy ? "Saving…" : creating ? `Create ${noun}` : "Save changes"}
+            </button>
+            <Link className="button" to={href.routes()}>
+              Cancel
+            </Link>
+            {!creating && (
+              <button type="button" className="danger" onClick={remove} disabled={busy} style={{ marginLeft: "auto" }}>
+                Delete {noun}
+              </button>
+            )}
+          </div>
+        )}
+      </form>
+    </>
+  );
+}
+
+/// The providers to choose from; a reference the list does not know (a
+/// provider named by name, or gone) stays shown as held.
+function ProviderSelect(props: { value: string; providers: ProviderRow[]; onChange: (v: string) => void; label: string }) {
+  const known = props.providers.some((p) => p.slug === props.value);
+  return (
+    <select aria-label={props.label} value={props.value} onChange={(e) => props.onChange(e.target.value)}>
+      {!known && <option value={props.value}>{props.value || "choose a provider"}</option>}
+      {props.providers.map((p) => (
+        <option key={p.slug} value={p.slug}>
+          {p.name} ({p.slug})
+        </option>
+      ))}
+    </select>
+  );
+}
