@@ -177,7 +177,8 @@ def targets(rows: list[dict], plan) -> list[dict]:
             ratio is not None and ratio <= 2.0,
             f"time added over direct (p50): rolter {fmt_ms(r['added_p50'])} vs nginx {fmt_ms(n['added_p50'])}"
             + (f" ({ratio:.2f}x)" if ratio else "")
-            + f"; whole request p50 {fmt_ms(r['p50'])} vs {fmt_ms(n['p50'])}; proxy CPU per request "
+            + f"; whole request p50 {fmt_ms(r['p50'])} vs {fmt_ms(n['p50'])} ({r['p50'] / n['p50']:.2f}x, "
+            "the verdict uses the stricter added time); proxy CPU per request "
             f"{r['cpu_us'] / 1000:.2f} ms vs {n['cpu_us'] / 1000:.2f} ms ({r['cpu_us'] / n['cpu_us']:.2f}x)",
         )
     else:

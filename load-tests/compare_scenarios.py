@@ -82,7 +82,7 @@ class Plan:
     @staticmethod
     def quick() -> "Plan":
         return Plan(
-            rounds=1, warmup_s=0.5, duration_s=3, vus=32, rate=2000, chat_tokens=16,
+            rounds=1, warmup_s=1, duration_s=3, vus=32, rate=2000, chat_tokens=16,
             sse_streams=200, sse_tokens=30, sse_token_delay_ms=50, sse_duration_s=3,
             chunk_streams=50, chunk_tokens=50, chunk_interval_ms=20, chunk_duration_s=3,
             large_sizes=(262144, 4194304),

@@ -20,6 +20,7 @@ use rolter_balancer::{BalancerReport, StrategyKind};
 
 use crate::auth::bearer_token;
 use crate::config::AdminRole;
+use crate::listening::ProxyListening;
 use crate::reload::Reloader;
 use crate::state::GatewayState;
 use crate::tracker::TargetLoad;
@@ -30,6 +31,8 @@ pub struct AdminApp {
     reloader: Reloader,
     /// The dashboard's build directory, resolved when the service is built.
     ui: UiFiles,
+    /// Whether the proxy's listeners accept yet (`/readyz`).
+    listening: ProxyListening,
 }
 
 impl AdminApp {
@@ -38,6 +41,7 @@ impl AdminApp {
             state,
             reloader,
             ui: UiFiles::from_env(),
+            listening: ProxyListening::default(),
         }
     }
 
@@ -325,7 +329,14 @@ impl ServeHttp for AdminApp {
             (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
             (&Method::GET, "/readyz") => {
                 if self.state.is_ready() {
-                    text(StatusCode::OK, "ready\n")
+                    if self.listening.check(&self.state).await {
+                        text(StatusCode::OK, "ready\n")
+                    } else {
+                        text(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the proxy listeners are not accepting yet\n",
+                        )
+                    }
                 } else if self.state.is_shutting_down() {
                     text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
                 } else {

@@ -16,6 +16,7 @@ pub mod fake_llm;
 pub mod health;
 pub mod http_client;
 pub mod kv_events;
+pub mod listening;
 pub mod lmcache;
 pub mod metrics;
 pub mod openai;

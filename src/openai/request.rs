@@ -198,7 +198,7 @@ fn read_messages(raw: &RawValue, conversation: &mut Conversation) -> bool {
 fn read_content(raw: &RawValue, conversation: &mut Conversation) {
     match raw.get().as_bytes().first() {
         Some(b'"') => {
-            if let Ok(text) = serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+            if let Some(text) = string_value(raw) {
                 conversation.push_text(&text);
             }
         }
@@ -224,16 +224,28 @@ fn read_content(raw: &RawValue, conversation: &mut Conversation) {
     }
 }
 
+/// The text of a raw JSON string. Without escapes it is the literal's
+/// inside, borrowed: the parser already checked the literal while scanning
+/// the body, so a long prompt is not scanned a second time to decode it.
+fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let literal = raw.get();
+    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.as_bytes().contains(&b'\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<Cow<'_, str>>(literal).ok()
+}
+
 /// A completions `prompt` or embeddings `input`: a string, a list of strings,
 /// a list of token ids, or a list of lists of token ids.
 fn read_prompt(raw: &RawValue, conversation: &mut Conversation) -> bool {
     match raw.get().as_bytes().first() {
-        Some(b'"') => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
-            Ok(text) => {
+        Some(b'"') => match string_value(raw) {
+            Some(text) => {
                 conversation.push_text(&text);
                 true
             }
-            Err(_) => false,
+            None => false,
         },
         Some(b'[') => {
             if let Ok(ids) = serde_json::from_str::<Vec<u32>>(raw.get()) {
@@ -248,9 +260,9 @@ fn read_prompt(raw: &RawValue, conversation: &mut Conversation) -> bool {
                     conversation.push_separator();
                 }
                 if item.get().starts_with('"') {
-                    match serde_json::from_str::<Cow<'_, str>>(item.get()) {
-                        Ok(text) => conversation.push_text(&text),
-                        Err(_) => return false,
+                    match string_value(item) {
+                        Some(text) => conversation.push_text(&text),
+                        None => return false,
                     }
                 } else {
                     match serde_json::from_str::<Vec<u32>>(item.get()) {
@@ -383,6 +395,18 @@ mod tests {
         let b = chat(r#"{"model":"m","messages":"another"}"#).unwrap();
         assert_eq!(a.prompt, "");
         assert_ne!(a.prompt_digest, b.prompt_digest);
+    }
+
+    #[test]
+    fn escaped_and_plain_strings_read_the_same_text() {
+        let plain = chat(r#"{"model":"m","messages":[{"role":"user","content":"a/b é"}]}"#);
+        let escaped = chat(r#"{"model":"m","messages":[{"role":"user","content":"a\/b \u00e9"}]}"#);
+        let (plain, escaped) = (plain.unwrap(), escaped.unwrap());
+        assert_eq!(escaped.prompt, "user: a/b é");
+        assert_eq!(plain.prompt, "user: a/b é");
+        assert_eq!(plain.prompt_digest, escaped.prompt_digest);
+        let prompt = parse_request(Endpoint::Completions, br#"{"model":"m","prompt":"x\ty"}"#);
+        assert_eq!(prompt.unwrap().prompt, "x\ty");
     }
 
     #[test]
