@@ -17,9 +17,8 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use serde::Deserialize;
 
-use super::telemetry::internal_headers;
+use super::telemetry::InternalCall;
 use crate::config::file::ConfigFile;
-use crate::http_client::Endpoint;
 use crate::state::GatewayState;
 
 /// The largest fleet document accepted (a large fleet's JSON is far smaller).
@@ -42,31 +41,14 @@ impl SnapshotPoller {
     }
 
     async fn poll(&self, connector: &Connector) -> Result<(), String> {
-        let snapshot = self.state.snapshot();
-        let control = snapshot
-            .config
-            .control_plane
-            .as_ref()
-            .ok_or("no [control_plane]")?;
-        let url = control.url.as_deref().ok_or("no control_plane.url")?;
-        let endpoint = Endpoint::new(url, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-        let headers = internal_headers(control)?;
         let have = self.state.fleet_version().unwrap_or(0);
-        let path = format!(
-            "{}/internal/snapshot?version={have}",
-            endpoint.path.trim_end_matches('/')
-        );
-        let (status, body) = endpoint
-            .call(
-                connector,
-                Method::GET,
-                &path,
-                &headers,
-                None,
-                MAX_DOCUMENT_BYTES,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        let call = InternalCall::to(
+            &self.state.snapshot(),
+            &format!("internal/snapshot?version={have}"),
+        )?;
+        let (status, body) = call
+            .send(connector, Method::GET, None, MAX_DOCUMENT_BYTES)
+            .await?;
         match status {
             304 => Ok(()),
             200 => {

@@ -163,33 +163,13 @@ impl TelemetryPusher {
 
     async fn push(&self, connector: &Connector) -> Result<(), String> {
         let snapshot = self.state.snapshot();
-        let control = snapshot
-            .config
-            .control_plane
-            .as_ref()
-            .ok_or("no [control_plane]")?;
-        let url = control.url.as_deref().ok_or("no control_plane.url")?;
-        let endpoint = Endpoint::new(url, Duration::from_secs(5)).map_err(|e| e.to_string())?;
         let body = serde_json::to_vec(&TelemetryPush {
             routes: sample(&snapshot),
         })
         .map_err(|e| e.to_string())?;
-        let headers = internal_headers(control)?;
-        let path = format!(
-            "{}/internal/adaptive-telemetry",
-            endpoint.path.trim_end_matches('/')
-        );
-        let (status, answer) = endpoint
-            .call(
-                connector,
-                Method::POST,
-                &path,
-                &headers,
-                Some(Bytes::from(body)),
-                64 * 1024,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        let (status, answer) = InternalCall::to(&snapshot, "internal/adaptive-telemetry")?
+            .send(connector, Method::POST, Some(Bytes::from(body)), 64 * 1024)
+            .await?;
         if status == 204 || status == 200 {
             Ok(())
         } else {
@@ -201,28 +181,64 @@ impl TelemetryPusher {
     }
 }
 
-/// The headers of every internal call: the internal token and the node id.
-pub fn internal_headers(
-    control: &crate::config::ControlPlane,
-) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
-    let token = control
-        .internal_token
-        .as_deref()
-        .ok_or("no internal token")?;
-    let mut authorization =
-        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?;
-    authorization.set_sensitive(true);
-    Ok(vec![
-        (http::header::AUTHORIZATION, authorization),
-        (
-            HeaderName::from_static(NODE_ID_HEADER),
-            HeaderValue::from_str(&control.node_id).map_err(|e| e.to_string())?,
-        ),
-        (
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        ),
-    ])
+/// One call of a gateway to its control node (`[control_plane] url`): the
+/// endpoint, the path under the URL's, and the headers of every internal
+/// call (the internal token and the node id).
+pub struct InternalCall {
+    endpoint: Endpoint,
+    path: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl InternalCall {
+    /// The call to `path` (no leading slash) under the control node's URL.
+    pub fn to(snapshot: &Snapshot, path: &str) -> Result<Self, String> {
+        let control = snapshot
+            .config
+            .control_plane
+            .as_ref()
+            .ok_or("no [control_plane]")?;
+        let url = control.url.as_deref().ok_or("no control_plane.url")?;
+        let endpoint = Endpoint::new(url, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let path = format!("{}/{path}", endpoint.path.trim_end_matches('/'));
+        let token = control
+            .internal_token
+            .as_deref()
+            .ok_or("no internal token")?;
+        let mut authorization =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?;
+        authorization.set_sensitive(true);
+        let headers = vec![
+            (http::header::AUTHORIZATION, authorization),
+            (
+                HeaderName::from_static(NODE_ID_HEADER),
+                HeaderValue::from_str(&control.node_id).map_err(|e| e.to_string())?,
+            ),
+            (
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+        ];
+        Ok(Self {
+            endpoint,
+            path,
+            headers,
+        })
+    }
+
+    /// Sends it; the status and at most `max_body` bytes of the answer.
+    pub async fn send(
+        &self,
+        connector: &Connector,
+        method: Method,
+        body: Option<Bytes>,
+        max_body: usize,
+    ) -> Result<(u16, Bytes), String> {
+        self.endpoint
+            .call(connector, method, &self.path, &self.headers, body, max_body)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[async_trait]
