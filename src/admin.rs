@@ -7,6 +7,7 @@
 //! dashboard's static files on standalone and control nodes (`ui.rs`); they
 //! hold no data, the app signs in against the APIs.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -123,33 +124,59 @@ impl AdminApp {
                 model: &route.model,
                 strategy: route.strategy.as_str(),
                 reads_weights: route.strategy.reads_weights(),
+                health_panic: route.metrics.health_panic.load(Ordering::Relaxed),
                 report: ReportView::from(route.balancer.report()),
                 targets: route
                     .targets
                     .iter()
-                    .map(|t| TargetView {
-                        provider: &t.id.provider,
-                        model: &t.id.model,
-                        weight: t.weight,
-                        base_url: &t.provider.base_url,
-                        load: t.stats.load(),
-                        healthy: t.provider.health.is_healthy(),
-                        parked_until_ms: t
-                            .stats
-                            .parking
-                            .parked_until(now)
-                            .map(|until| until.saturating_sub(now)),
-                        kv_index: sources.kv.get(t.id.provider.as_str()).cloned(),
-                        lmcache: sources.lmcache.get(t.id.provider.as_str()).cloned(),
+                    .map(|t| {
+                        TargetView::new(&t.provider, &t.id.model, t.weight, &t.stats, &sources, now)
                     })
                     .collect(),
             })
             .collect();
+        let mut groups: Vec<GroupView<'_>> = snapshot
+            .groups()
+            .map(|group| GroupView {
+                slug: &group.slug,
+                strategy: group.strategy.as_str(),
+                report: ReportView::from(group.balancer.report()),
+                members: group
+                    .members
+                    .iter()
+                    .zip(&group.member_stats)
+                    .filter_map(|(m, stats)| {
+                        let provider = snapshot.provider(&m.provider)?;
+                        let model = m.model.as_deref().unwrap_or(crate::tracker::ANY_MODEL);
+                        Some(TargetView::new(
+                            provider, model, m.weight, stats, &sources, now,
+                        ))
+                    })
+                    .collect(),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.slug.cmp(b.slug));
         json_response(
             StatusCode::OK,
-            &json!({ "version": snapshot.version, "routes": routes }),
+            &json!({
+                "version": snapshot.version,
+                "routes": routes,
+                "groups": groups,
+                "addressed_routes": snapshot.addressed_routes(),
+            }),
         )
     }
+}
+
+/// A provider group's balancer and members, as `/admin/routes` lists them.
+/// A passthrough member's model is `*`: its counters are its engine's,
+/// whatever model requests name through it.
+#[derive(Serialize)]
+struct GroupView<'a> {
+    slug: &'a str,
+    strategy: &'static str,
+    members: Vec<TargetView<'a>>,
+    report: ReportView,
 }
 
 #[derive(Serialize)]
@@ -157,6 +184,9 @@ struct RouteView<'a> {
     model: &'a str,
     strategy: &'static str,
     reads_weights: bool,
+    /// Active health checks mark every target down and requests are routed
+    /// across them anyway (`proxy/select.rs`).
+    health_panic: bool,
     targets: Vec<TargetView<'a>>,
     report: ReportView,
 }
@@ -220,12 +250,42 @@ struct TargetView<'a> {
     load: TargetLoad,
     /// The provider's active health (true until probes say otherwise).
     healthy: bool,
+    /// The status (404, 405) the health probe's path answered: the probe is
+    /// misconfigured, and the engine is not judged by it.
+    probe_misconfigured: Option<u16>,
     /// Milliseconds until the target is unparked; `None` when not parked.
     parked_until_ms: Option<u64>,
     /// The provider's KV-event index, when it has `kv_events`.
     kv_index: Option<KvIndexView>,
     /// The provider's LMCache signal, when it has `lmcache`.
     lmcache: Option<LmcacheView>,
+}
+
+impl<'a> TargetView<'a> {
+    fn new(
+        provider: &'a crate::snapshot::Provider,
+        model: &'a str,
+        weight: u32,
+        stats: &crate::tracker::TargetStats,
+        sources: &EngineSources,
+        now: u64,
+    ) -> Self {
+        TargetView {
+            provider: &provider.slug,
+            model,
+            weight,
+            base_url: &provider.base_url,
+            load: stats.load(),
+            healthy: provider.health.is_healthy(),
+            probe_misconfigured: provider.health.probe_misconfigured(),
+            parked_until_ms: stats
+                .parking
+                .parked_until(now)
+                .map(|until| until.saturating_sub(now)),
+            kv_index: sources.kv.get(provider.slug.as_str()).cloned(),
+            lmcache: sources.lmcache.get(provider.slug.as_str()).cloned(),
+        }
+    }
 }
 
 /// How fresh a provider's KV-event index is.

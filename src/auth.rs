@@ -22,7 +22,6 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::{self, AdminRole, SecretDigest};
 use crate::rate_limit::{KeyLimits, RateLimits};
-use crate::snapshot::{Route, RouteKind};
 
 /// A proxy caller and what it may reach.
 #[derive(Debug)]
@@ -48,29 +47,14 @@ impl Caller {
         })
     }
 
+    /// Whether the key's `models` list `model` (a route's public model, a
+    /// group slug or a `<slug>/<model>` address); see `Address::admits`.
     pub fn may_use_model(&self, model: &str) -> bool {
         self.models.as_ref().is_none_or(|m| m.contains(model))
     }
 
-    /// Whether the caller may use `route`: its address is listed, or, for a
-    /// provider-group address, the group's slug is (it allows every model
-    /// through the group). A pinned provider address needs the key to allow
-    /// every model.
-    pub fn may_use_route(&self, route: &Route) -> bool {
-        let Some(models) = &self.models else {
-            return true;
-        };
-        models.contains(&route.model)
-            || matches!(&route.kind, RouteKind::Group { slug } if models.contains(slug))
-    }
-
     pub fn may_use_provider(&self, slug: &str) -> bool {
         self.providers.as_ref().is_none_or(|p| p.contains(slug))
-    }
-
-    /// Whether the caller is limited to some providers (eligibility must check).
-    pub fn restricts_providers(&self) -> bool {
-        self.providers.is_some()
     }
 
     /// The key's rate limits (see `rate_limit.rs`); `None` = not limited.

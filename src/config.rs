@@ -133,6 +133,10 @@ pub struct Server {
     pub keepalive_requests: u32,
     /// Client connections open at once, across all listeners; 0 = unlimited.
     pub max_connections: u32,
+    /// Longest a client may accept no response byte; 1 s to 1 h.
+    pub send_timeout: Duration,
+    /// Request headers above this many bytes are refused with 431.
+    pub max_request_header_bytes: usize,
 }
 
 /// One `[[server.tls]]` listener: HTTPS, HTTP/2 offered by ALPN.

@@ -91,6 +91,9 @@ pub enum ClosedBy {
     MaxConnections,
     /// The request header did not arrive within `header_read_timeout`.
     HeaderTimeout,
+    /// The client accepted no response byte for `send_timeout` (it stopped
+    /// reading); the engine's request was cancelled with it.
+    SendTimeout,
 }
 
 impl ClosedBy {
@@ -98,6 +101,7 @@ impl ClosedBy {
         match self {
             ClosedBy::MaxConnections => "max_connections",
             ClosedBy::HeaderTimeout => "header_timeout",
+            ClosedBy::SendTimeout => "send_timeout",
         }
     }
 }

@@ -31,8 +31,8 @@ pub enum GatewayError {
     BadRequest(#[from] RequestError),
     #[error("The model `{model}` does not exist.")]
     UnknownModel { model: String },
-    #[error("Too many distinct models addressed through groups and providers ({limit} per configuration version); `{model}` is one too many.")]
-    AddressLimit { model: String, limit: usize },
+    #[error("The request header is {size} bytes, over the limit of {limit} bytes.")]
+    HeaderTooLarge { size: usize, limit: usize },
     #[error("No eligible target for the model `{model}`: {reason}.")]
     NoEligibleTarget { model: String, reason: String },
     #[error("Every attempt for the model `{model}` failed; last: {last}.")]
@@ -79,7 +79,8 @@ impl GatewayError {
             GatewayError::ModelNotAllowed { .. } | GatewayError::NoAllowedProvider { .. } => 403,
             GatewayError::BodyTooLarge { .. } => 413,
             GatewayError::BadRequest(_) | GatewayError::BodyRead(_) => 400,
-            GatewayError::NoEligibleTarget { .. } | GatewayError::AddressLimit { .. } => 503,
+            GatewayError::NoEligibleTarget { .. } => 503,
+            GatewayError::HeaderTooLarge { .. } => 431,
             GatewayError::BodyTimeout { .. } => 408,
             GatewayError::UnsupportedMediaType { .. } => 415,
             GatewayError::UpstreamFailed { .. } => 502,
@@ -153,9 +154,11 @@ impl GatewayError {
                 ("server_error", None, Some("no_eligible_target"))
             }
             GatewayError::UpstreamFailed { .. } => ("server_error", None, Some("upstream_error")),
-            GatewayError::AddressLimit { .. } => {
-                ("server_error", Some("model"), Some("address_limit"))
-            }
+            GatewayError::HeaderTooLarge { .. } => (
+                "invalid_request_error",
+                None,
+                Some("request_header_too_large"),
+            ),
             // OpenAI's shape for a requests-per-minute limit: the type names
             // the exhausted resource ("requests", as opposed to "tokens").
             GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => {
@@ -234,6 +237,12 @@ mod tests {
         let model = || "m".to_string();
         assert_eq!(GatewayError::UnknownModel { model: model() }.status(), 404);
         assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
+        let too_large = GatewayError::HeaderTooLarge {
+            size: 65_600,
+            limit: 32_768,
+        };
+        assert_eq!(too_large.status(), 431);
+        assert_eq!(too_large.code(), "request_header_too_large");
         assert_eq!(GatewayError::InvalidApiKey.status(), 401);
         assert_eq!(
             GatewayError::ModelNotAllowed {

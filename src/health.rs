@@ -4,7 +4,14 @@
 //! checker (`health/checker.rs`) marks it down after `unhealthy_after`
 //! consecutive failed probes and up again after `healthy_after` successes.
 //! A probe answered 429 says "busy", not "down": it counts neither way and
-//! the next probes back off instead.
+//! the next probes back off instead. A probe answered 404 or 405 says the
+//! probe path is wrong, not that the engine is dead (it answered): it counts
+//! as up, and the provider is flagged as misconfigured until a probe gets
+//! another answer (log, `rolter_health_probe_misconfigured`, `/admin/routes`).
+//!
+//! Health alone never empties a route: when every target a request may use
+//! is down by its probes, the request is routed across them anyway (Envoy's
+//! panic threshold at its limit), see `proxy/select.rs`.
 
 mod checker;
 
@@ -34,6 +41,10 @@ pub enum ProbeOutcome {
     /// The engine answered 429: busy, back off.
     Busy,
     Down,
+    /// The engine answered 404 or 405: it is up, the probe path is wrong.
+    Misconfigured {
+        status: u16,
+    },
 }
 
 /// A change of a provider's health, for logs and metrics.
@@ -51,6 +62,8 @@ pub struct ProviderHealth {
     backoff_level: AtomicU32,
     /// No probe before this clock reading (ms).
     next_probe_ms: AtomicU64,
+    /// The status of the last probe when it was 404 or 405; 0 otherwise.
+    misconfigured_status: AtomicU32,
 }
 
 impl Default for ProviderHealth {
@@ -61,6 +74,7 @@ impl Default for ProviderHealth {
             successes: AtomicU32::new(0),
             backoff_level: AtomicU32::new(0),
             next_probe_ms: AtomicU64::new(0),
+            misconfigured_status: AtomicU32::new(0),
         }
     }
 }
@@ -75,6 +89,15 @@ impl ProviderHealth {
         now_ms >= self.next_probe_ms.load(Ordering::Acquire)
     }
 
+    /// The status a misconfigured probe path answered (404, 405); `None`
+    /// while the probe gets any other answer.
+    pub fn probe_misconfigured(&self) -> Option<u16> {
+        match self.misconfigured_status.load(Ordering::Relaxed) {
+            0 => None,
+            status => u16::try_from(status).ok(),
+        }
+    }
+
     /// Applies a probe's outcome; says when the provider changed state.
     pub fn record(
         &self,
@@ -82,6 +105,12 @@ impl ProviderHealth {
         now_ms: u64,
         policy: &HealthPolicy,
     ) -> Option<HealthChange> {
+        let misconfigured = match outcome {
+            ProbeOutcome::Misconfigured { status } => u32::from(status),
+            _ => 0,
+        };
+        self.misconfigured_status
+            .store(misconfigured, Ordering::Relaxed);
         match outcome {
             ProbeOutcome::Busy => {
                 let level = self.backoff_level.fetch_add(1, Ordering::Relaxed);
@@ -90,7 +119,7 @@ impl ProviderHealth {
                     .store(now_ms + intervals * policy.interval_ms, Ordering::Release);
                 None
             }
-            ProbeOutcome::Up => {
+            ProbeOutcome::Up | ProbeOutcome::Misconfigured { .. } => {
                 self.backoff_level.store(0, Ordering::Relaxed);
                 self.failures.store(0, Ordering::Relaxed);
                 let successes = self.successes.fetch_add(1, Ordering::Relaxed) + 1;
@@ -122,6 +151,7 @@ impl ProviderHealth {
         self.successes.store(0, Ordering::Relaxed);
         self.backoff_level.store(0, Ordering::Relaxed);
         self.next_probe_ms.store(0, Ordering::Release);
+        self.misconfigured_status.store(0, Ordering::Relaxed);
     }
 }
 
@@ -178,6 +208,19 @@ mod tests {
             Some(HealthChange::CameUp)
         );
         assert!(health.is_healthy());
+    }
+
+    #[test]
+    fn a_probe_path_the_engine_does_not_serve_is_misconfigured_not_down() {
+        let health = ProviderHealth::default();
+        for _ in 0..10 {
+            let outcome = ProbeOutcome::Misconfigured { status: 404 };
+            assert_eq!(health.record(outcome, 0, &POLICY), None);
+        }
+        assert!(health.is_healthy(), "an engine answering 404 is up");
+        assert_eq!(health.probe_misconfigured(), Some(404));
+        health.record(ProbeOutcome::Up, 0, &POLICY);
+        assert_eq!(health.probe_misconfigured(), None);
     }
 
     #[test]

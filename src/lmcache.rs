@@ -4,9 +4,11 @@
 //! configured signal every `poll_interval` — an endpoint answering
 //! `{"occupancy": f, "cache_available": b}`, or a Prometheus text endpoint
 //! with a configured gauge — and stores the last good reading here. The
-//! request path only reads atomics: a signal that is missing, failed,
-//! stale (older than `stale_after`), unavailable or saturated gives `None`,
-//! and the strategy stays neutral on it.
+//! request path only reads atomics: a signal that is missing, stale (older
+//! than `stale_after`), unavailable or saturated gives `None`, and the
+//! strategy stays neutral on it. A failed poll makes it neutral at once,
+//! until the next good one: the last reading of a controller known to be
+//! broken is not evidence; staleness is for a signal that merely stopped.
 
 mod poller;
 
@@ -28,6 +30,8 @@ pub struct Occupancy {
     stale_after_ms: AtomicU64,
     polls: AtomicU64,
     failures: AtomicU64,
+    /// The last poll failed.
+    failed: AtomicBool,
 }
 
 /// A reading, as the admin API reports it.
@@ -37,6 +41,8 @@ pub struct OccupancySummary {
     pub cache_available: bool,
     pub age_ms: Option<u64>,
     pub fresh: bool,
+    /// The last poll failed (the reading is not used).
+    pub failed: bool,
     pub polls: u64,
     pub failures: u64,
 }
@@ -46,12 +52,14 @@ impl Occupancy {
         self.occupancy_bits
             .store(occupancy.to_bits(), Ordering::Relaxed);
         self.available.store(available, Ordering::Relaxed);
+        self.failed.store(false, Ordering::Relaxed);
         // Published last: a reader that sees the new time sees the values.
         self.updated_ms.store(now_ms.max(1), Ordering::Release);
         self.polls.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn record_failure(&self) {
+        self.failed.store(true, Ordering::Release);
         self.polls.fetch_add(1, Ordering::Relaxed);
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -63,6 +71,7 @@ impl Occupancy {
     fn is_fresh(&self, now_ms: u64) -> bool {
         let updated = self.updated_ms.load(Ordering::Acquire);
         updated != 0
+            && !self.failed.load(Ordering::Acquire)
             && now_ms.saturating_sub(updated) <= self.stale_after_ms.load(Ordering::Relaxed)
     }
 
@@ -84,6 +93,7 @@ impl Occupancy {
             cache_available: self.available.load(Ordering::Relaxed),
             age_ms: (updated != 0).then(|| now_ms.saturating_sub(updated)),
             fresh: self.is_fresh(now_ms),
+            failed: self.failed.load(Ordering::Acquire),
             polls: self.polls.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
         }
@@ -173,5 +183,19 @@ mod tests {
         assert_eq!(fresh(1.0, true).free_capacity(2_000), None, "saturated");
         assert_eq!(fresh(f64::NAN, true).free_capacity(2_000), None, "garbage");
         assert_eq!(fresh(-0.5, true).free_capacity(2_000), None, "garbage");
+    }
+
+    #[test]
+    fn a_failed_poll_is_neutral_at_once_not_after_the_staleness_window() {
+        let signal = fresh(0.25, true);
+        signal.record_failure();
+        assert_eq!(signal.free_capacity(1_001), None, "known broken");
+        assert!(signal.summary(1_001).failed);
+        signal.record(0.5, true, 1_500);
+        assert_eq!(
+            signal.free_capacity(1_600),
+            Some(0.5),
+            "a good poll restores it"
+        );
     }
 }

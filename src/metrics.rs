@@ -4,6 +4,9 @@
 //! possible ([`RouteMetrics`], [`TargetMetrics`] hold resolved handles), so the
 //! request path does not hash label sets for its histograms and counters.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -17,7 +20,7 @@ use telemetry::TelemetryMetrics;
 use crate::health::ProbeOutcome;
 use crate::snapshot::Snapshot;
 use crate::state::Learned;
-use crate::tracker::BreakerState;
+use crate::tracker::{BreakerState, FailureReason};
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
 /// milliseconds (embeddings, cached prefills) to minutes (long generations).
@@ -25,8 +28,27 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// Distinct target label values addressed routes (`<group>/<model>`,
+/// `<provider>/<model>`) may add to the per-target series. Callers choose
+/// those model names, so past this many a target's series are folded into
+/// `<provider>/_other`.
+pub const MAX_ADDRESSED_TARGET_LABELS: usize = 256;
+/// The model part of a folded target label.
+pub const FOLDED_MODEL_LABEL: &str = "_other";
+
 pub struct Metrics {
     registry: Registry,
+    /// Target labels admitted for addressed routes (bounded, see above).
+    // Locked once per addressed route a snapshot keeps, never per request.
+    addressed_labels: Mutex<HashSet<String>>,
+    /// The per-target gauge label sets the last scrape set, so a target
+    /// that left the tracker leaves the exposition too.
+    // Locked by scrapes only.
+    target_gauges: Mutex<HashSet<String>>,
+    addressed_routes: IntGauge,
+    addressed_evictions: IntCounter,
+    health_panics: IntCounterVec,
+    probe_misconfigured: IntGaugeVec,
     requests: IntCounterVec,
     upstream_latency: HistogramVec,
     time_to_first_byte: HistogramVec,
@@ -51,46 +73,26 @@ pub struct Metrics {
     telemetry: TelemetryMetrics,
 }
 
-/// Handles of one route, resolved when the snapshot is built.
+/// Handles of one route, resolved when the snapshot is built; shared by
+/// every route built for one group or pinned provider.
 #[derive(Clone)]
 pub struct RouteMetrics {
     /// The route's label value (its model, or `<slug>/*` for addresses).
     pub label: String,
     pub picks: IntCounter,
+    /// Set while requests are routed in health panic mode, so entering
+    /// and leaving it is logged once each (`proxy/select.rs`).
+    pub health_panic: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Handles of one target within one route.
 #[derive(Clone)]
 pub struct TargetMetrics {
+    /// The target's label value: `provider/model`, or for an addressed
+    /// route possibly `provider/_other` (see [`Metrics::addressed_target_label`]).
+    pub label: std::sync::Arc<str>,
     pub upstream_latency: Histogram,
     pub time_to_first_byte: Histogram,
-}
-
-/// Why an attempt at a target failed, as a fixed label value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureReason {
-    /// No connection (refused, unreachable, connect timeout).
-    Connect,
-    /// A 5xx, 429 or 408 answer.
-    Status,
-    /// No response header within `first_byte_secs`.
-    FirstByteTimeout,
-    /// A response stalled longer than `idle_secs` between reads.
-    IdleTimeout,
-    /// The connection broke (reset, closed early).
-    Stream,
-}
-
-impl FailureReason {
-    pub fn label(self) -> &'static str {
-        match self {
-            FailureReason::Connect => "connect",
-            FailureReason::Status => "status",
-            FailureReason::FirstByteTimeout => "first_byte_timeout",
-            FailureReason::IdleTimeout => "idle_timeout",
-            FailureReason::Stream => "stream",
-        }
-    }
 }
 
 /// Why access-log lines were lost, as a fixed label value.
@@ -261,8 +263,32 @@ impl Metrics {
             "Client connections the gateway closed by reason (max_connections, header_timeout).",
             &["reason"],
         );
+        let addressed_routes = IntGauge::new(
+            "rolter_addressed_routes",
+            "Routes kept for group and pinned-provider addresses (a bounded LRU, per configuration version).",
+        )
+        .expect("static metric definition");
+        let addressed_evictions = IntCounter::new(
+            "rolter_addressed_route_evictions_total",
+            "Addressed routes dropped from the LRU to make room for another address.",
+        )
+        .expect("static metric definition");
+        let health_panics = counter_vec(
+            "rolter_health_panic_total",
+            "Requests routed across targets active health checks had all marked down (Envoy's panic mode).",
+            &["route"],
+        );
+        let probe_misconfigured = gauge_vec(
+            "rolter_health_probe_misconfigured",
+            "1 while the provider answers its health probe with 404 or 405: the probe path is wrong, the engine is not judged by it.",
+            &["provider"],
+        );
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(addressed_routes.clone()),
+            Box::new(addressed_evictions.clone()),
+            Box::new(health_panics.clone()),
+            Box::new(probe_misconfigured.clone()),
             Box::new(upstream_latency.clone()),
             Box::new(time_to_first_byte.clone()),
             Box::new(picks.clone()),
@@ -289,6 +315,12 @@ impl Metrics {
                 .expect("metric names are unique");
         }
         Self {
+            addressed_labels: Mutex::new(HashSet::new()),
+            target_gauges: Mutex::new(HashSet::new()),
+            addressed_routes,
+            addressed_evictions,
+            health_panics,
+            probe_misconfigured,
             requests,
             upstream_latency,
             time_to_first_byte,
@@ -319,14 +351,55 @@ impl Metrics {
         RouteMetrics {
             label: route.to_string(),
             picks: self.picks.with_label_values(&[route, strategy]),
+            health_panic: Default::default(),
         }
     }
 
     pub fn target(&self, route: &str, target: &str) -> TargetMetrics {
         TargetMetrics {
+            label: target.into(),
             upstream_latency: self.upstream_latency.with_label_values(&[route, target]),
             time_to_first_byte: self.time_to_first_byte.with_label_values(&[route, target]),
         }
+    }
+
+    /// The target label of `provider` serving `model` on an addressed
+    /// route: its own while fewer than [`MAX_ADDRESSED_TARGET_LABELS`] are
+    /// admitted and `admit` is set (the address is kept: it was served),
+    /// else `<provider>/_other`.
+    pub fn addressed_target_label(&self, provider: &str, model: &str, admit: bool) -> String {
+        let own = format!("{provider}/{model}");
+        if admit {
+            let mut admitted = self
+                .addressed_labels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if admitted.contains(&own) || admitted.len() < MAX_ADDRESSED_TARGET_LABELS {
+                admitted.insert(own.clone());
+                return own;
+            }
+        }
+        format!("{provider}/{FOLDED_MODEL_LABEL}")
+    }
+
+    /// How many addressed routes the current snapshot keeps.
+    pub fn set_addressed_routes(&self, count: usize) {
+        self.addressed_routes.set(count as i64);
+    }
+
+    pub fn record_addressed_evictions(&self, count: usize) {
+        self.addressed_evictions.inc_by(count as u64);
+    }
+
+    /// A request routed in health panic mode on `route` (its label).
+    pub fn record_health_panic(&self, route: &str) {
+        self.health_panics.with_label_values(&[route]).inc();
+    }
+
+    pub fn set_probe_misconfigured(&self, provider: &str, misconfigured: bool) {
+        self.probe_misconfigured
+            .with_label_values(&[provider])
+            .set(i64::from(misconfigured));
     }
 
     pub fn record_request(&self, route: &str, target: &str, status: u16) {
@@ -353,6 +426,7 @@ impl Metrics {
             ProbeOutcome::Up => "up",
             ProbeOutcome::Busy => "busy",
             ProbeOutcome::Down => "down",
+            ProbeOutcome::Misconfigured { .. } => "misconfigured",
         };
         self.health_probes
             .with_label_values(&[provider, label])
@@ -425,7 +499,19 @@ impl Metrics {
         let now = crate::clock::now_ms();
         self.telemetry
             .sync(&learned.kv.summaries(), &learned.occupancy.summaries(now));
-        for (id, stats) in learned.tracker.entries() {
+        let entries = learned.tracker.entries();
+        let labels: HashSet<String> = entries.iter().map(|(id, _)| id.to_string()).collect();
+        {
+            let mut previous = self.target_gauges.lock().unwrap_or_else(|e| e.into_inner());
+            for gone in previous.difference(&labels) {
+                for gauge in [&self.in_flight, &self.breaker_state, &self.parked] {
+                    // Err only when the series was never set: nothing to remove.
+                    gauge.remove_label_values(&[gone]).ok();
+                }
+            }
+            *previous = labels;
+        }
+        for (id, stats) in entries {
             let label = id.to_string();
             self.in_flight
                 .with_label_values(&[&label])
@@ -442,7 +528,12 @@ impl Metrics {
         }
         for provider in snapshot.providers() {
             self.set_provider_healthy(&provider.slug, provider.health.is_healthy());
+            self.set_probe_misconfigured(
+                &provider.slug,
+                provider.health.probe_misconfigured().is_some(),
+            );
         }
+        self.set_addressed_routes(snapshot.addressed_routes());
         for route in snapshot
             .routes()
             .iter()

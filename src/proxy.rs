@@ -47,11 +47,10 @@ use outcome::{attempt_failed, attempt_succeeded, BreakerTicket, Failure};
 
 use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
-use crate::metrics::FailureReason;
 use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
-use crate::snapshot::{Snapshot, Unresolved, MAX_ADDRESSED_ROUTES};
+use crate::snapshot::{Refusal, Snapshot};
 use crate::state::GatewayState;
-use crate::tracker::parse_retry_after;
+use crate::tracker::{parse_retry_after, FailureReason};
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -78,7 +77,18 @@ impl Gateway {
     ) -> Result<Option<Endpoint>, GatewayError> {
         // The header is in: its read deadline (`server.header_read_timeout_secs`) stops.
         crate::downstream::request_header_complete();
+        let server = &snapshot.config.server;
+        // nginx's `send_timeout`: a client that accepts no byte for this
+        // long is disconnected, and with it the engine's generation.
+        session.set_write_timeout(Some(server.send_timeout));
         let request = session.req_header();
+        let header_bytes = request_header_bytes(request);
+        if header_bytes > server.max_request_header_bytes {
+            return Err(GatewayError::HeaderTooLarge {
+                size: header_bytes,
+                limit: server.max_request_header_bytes,
+            });
+        }
         let path = request.uri.path();
         let Some(endpoint) = Endpoint::from_path(path) else {
             return Err(GatewayError::UnknownEndpoint {
@@ -121,32 +131,29 @@ impl Gateway {
         let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
         let parsed = parse_request(endpoint, &body)?;
         ctx.model = parsed.model.clone();
-        let route = snapshot.resolve(&parsed.model).map_err(|e| match e {
-            Unresolved::Unknown => GatewayError::UnknownModel {
-                model: parsed.model.clone(),
-            },
-            Unresolved::TooManyAddresses => GatewayError::AddressLimit {
-                model: parsed.model.clone(),
-                limit: MAX_ADDRESSED_ROUTES,
-            },
-        })?;
-        if !caller.may_use_route(&route) {
-            return Err(GatewayError::ModelNotAllowed {
-                key: caller.name.clone(),
+        // The key is checked on what the name addresses before anything is
+        // built for it: an address the caller may not use creates no state.
+        let Some(address) = snapshot.address(&parsed.model) else {
+            return Err(GatewayError::UnknownModel {
                 model: parsed.model,
             });
+        };
+        match address.admits(&caller) {
+            Ok(()) => {}
+            Err(Refusal::Model) => {
+                return Err(GatewayError::ModelNotAllowed {
+                    key: caller.name.clone(),
+                    model: parsed.model,
+                })
+            }
+            Err(Refusal::Provider) => {
+                return Err(GatewayError::NoAllowedProvider {
+                    key: caller.name.clone(),
+                    model: parsed.model,
+                })
+            }
         }
-        if caller.restricts_providers()
-            && !route
-                .targets
-                .iter()
-                .any(|t| caller.may_use_provider(&t.id.provider))
-        {
-            return Err(GatewayError::NoAllowedProvider {
-                key: caller.name.clone(),
-                model: parsed.model,
-            });
-        }
+        let route = snapshot.route(&address, crate::clock::now_ms());
 
         ctx.session_key = session
             .req_header()
@@ -188,6 +195,29 @@ fn authenticate(session: &Session, snapshot: &Snapshot) -> Result<Arc<Caller>, G
         (None, true) if token.is_none() => Err(GatewayError::MissingApiKey),
         (None, true) => Err(GatewayError::InvalidApiKey),
     }
+}
+
+/// nginx's status for a request whose client closed the connection before
+/// any response.
+const CLIENT_CLOSED_REQUEST: u16 = 499;
+
+/// The size of a request header as it came on the wire (HTTP/1): request
+/// line and every field line, CRLFs included. For HTTP/2 the same sum over
+/// the decoded fields, so one limit means the same on both.
+fn request_header_bytes(request: &RequestHeader) -> usize {
+    // "METHOD SP path SP HTTP/1.1 CRLF", then "name: value CRLF" per field.
+    let line = request.method.as_str().len() + request.raw_path().len() + 11;
+    request.headers.iter().fold(line, |sum, (name, value)| {
+        sum + name.as_str().len() + value.len() + 4
+    })
+}
+
+/// Whether a `Content-Type` is `text/event-stream` (parameters ignored).
+fn is_event_stream(value: &[u8]) -> bool {
+    let media = value.split(|&b| b == b';').next().unwrap_or_default();
+    media
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"text/event-stream")
 }
 
 fn error_with(etype: ErrorType, context: String, retry: bool) -> Box<Error> {
@@ -238,6 +268,7 @@ impl ProxyHttp for Gateway {
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route in context"))?;
 
         ctx.now_ms = crate::clock::now_ms();
+        ctx.attempt.ignore_health = select::health_panic(&route, ctx);
         let loads: SmallVec<[u64; 16]> =
             route.targets.iter().map(|t| t.stats.in_flight()).collect();
         let breaker_policy = ctx
@@ -247,7 +278,8 @@ impl ProxyHttp for Gateway {
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no snapshot in context"))?;
         // A pick is confirmed by the target's breaker; when a half-open probe
         // slot went to another request in the meantime, pick again without it
-        // (at most once per target).
+        // (at most once per target). A refused target was not tried: the
+        // final error names its breaker, and it stays eligible for retries.
         let mut admitted = None;
         for _ in 0..route.targets.len() {
             let Some(index) = select::pick(&route, ctx, &loads) else {
@@ -262,7 +294,7 @@ impl ProxyHttp for Gateway {
                     admitted = Some((index, admission));
                     break;
                 }
-                None => ctx.tried.insert(index),
+                None => ctx.attempt.refused.insert(index),
             }
         }
 
@@ -289,6 +321,9 @@ impl ProxyHttp for Gateway {
         let target = &route.targets[index];
         target.stats.record_pick();
         route.metrics.picks.inc();
+        if ctx.attempt.ignore_health {
+            self.state.metrics.record_health_panic(&route.metrics.label);
+        }
         ctx.tried.insert(index);
         ctx.attempts += 1;
         let rewrite = (target.id.model != ctx.model).then_some(&target.model_json[..]);
@@ -299,8 +334,8 @@ impl ProxyHttp for Gateway {
             in_flight: Some(target.stats.begin()),
             breaker: Some(BreakerTicket::new(Arc::clone(&target.stats), admission)),
             body: body::attempt_body(&ctx.body, &ctx.model_span, rewrite),
-            status: None,
-            failed_over_status: false,
+            ignore_health: ctx.attempt.ignore_health,
+            ..Default::default()
         };
         Ok(target.peer())
     }
@@ -408,16 +443,60 @@ impl ProxyHttp for Gateway {
             return Ok(());
         }
         if status < 400 {
-            let routing = ctx.route_context();
-            target
-                .stats
-                .record_success(elapsed, ctx.attempt.queue_depth, routing.prompt_ktokens());
             route
                 .balancer
-                .observe(ctx.attempt.target.unwrap_or(0), &routing);
+                .observe(ctx.attempt.target.unwrap_or(0), &ctx.route_context());
+            // Served: an addressed route is worth keeping from here on.
+            if let Some(snapshot) = &ctx.snapshot {
+                snapshot.keep(route, ctx.now_ms);
+            }
+            // What it teaches is known when the body has come (below).
+            ctx.attempt.teaches = true;
+            ctx.attempt.streaming = upstream
+                .headers
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|v| is_event_stream(v.as_bytes()));
         }
         attempt_succeeded(ctx, &self.state.metrics);
         Ok(())
+    }
+
+    /// Learns a successful attempt's latency from its body: a stream's time
+    /// to first byte (its first token; vLLM and SGLang answer a stream's
+    /// headers before queueing and prefill), a whole response otherwise,
+    /// recorded when the body ended, so a stream cut short teaches nothing.
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
+        if !ctx.attempt.teaches {
+            return Ok(None);
+        }
+        let Some(started) = ctx.attempt.started else {
+            return Ok(None);
+        };
+        if ctx.attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty()) {
+            ctx.attempt.first_byte = Some(started.elapsed());
+        }
+        if end_of_stream {
+            ctx.attempt.teaches = false;
+            let sample = match ctx.attempt.first_byte {
+                Some(first) if ctx.attempt.streaming => first,
+                _ => started.elapsed(),
+            };
+            let routing = ctx.route_context();
+            if let Some((_, target)) = ctx.current_target() {
+                target.stats.record_success(
+                    sample,
+                    ctx.attempt.queue_depth,
+                    routing.prompt_ktokens(),
+                );
+            }
+        }
+        Ok(None)
     }
 
     fn upstream_body_read_timeout(&self, ctx: &RequestCtx) -> Option<Duration> {
@@ -477,9 +556,10 @@ impl ProxyHttp for Gateway {
             return e;
         }
         if e.esource() == &pingora::ErrorSource::Downstream {
-            // The client went away: nothing to learn about the target (a
-            // half-open probe is released when the attempt is dropped).
-            ctx.client_cancelled = true;
+            // The client went away, or stopped reading past `send_timeout`:
+            // nothing to learn about the target (a half-open probe is
+            // released when the attempt is dropped).
+            ctx.downstream_failed(&e);
             e.set_retry(false);
             return e;
         }
@@ -518,6 +598,15 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
+        ctx.downstream_failed(e);
+        if ctx.client_cancelled && !ctx.response_started {
+            // Nobody to answer: logged and counted as 499, nginx's "client
+            // closed request", not as the 502 nobody received.
+            return FailToProxy {
+                error_code: CLIENT_CLOSED_REQUEST,
+                can_reuse_downstream: false,
+            };
+        }
         let error = ctx
             .error
             .take()
@@ -539,27 +628,52 @@ impl ProxyHttp for Gateway {
         }
     }
 
+    /// Pingora's own "Fail to proxy" line per failed request: the failure is
+    /// logged per target (rate-limited, `tracker/failure_log.rs`) and every
+    /// request has its access-log line.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, _error: &Error) -> bool {
+        true
+    }
+
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        let status = session
+        let written = session
             .response_written()
             .map(|r| r.status.as_u16())
             .unwrap_or(0);
-        let route = ctx.route.as_deref().map_or("-", |r| r.model.as_str());
-        let target = ctx.current_target().map_or("-", |(_, t)| t.label.as_str());
+        if let Some(e) = e {
+            ctx.downstream_failed(e);
+        }
+        let cancelled = ctx.client_cancelled;
+        // Nothing reached the client because it left first: nginx's 499.
+        let status = if written == 0 && cancelled {
+            CLIENT_CLOSED_REQUEST
+        } else {
+            written
+        };
+        let route = ctx
+            .route
+            .as_deref()
+            .map_or("-", |r| r.metrics.label.as_str());
+        let target = ctx.current_target().map_or("-", |(_, t)| &*t.metrics.label);
         self.state.metrics.record_request(route, target, status);
         if let (Some((_, t)), Some(started)) = (ctx.current_target(), ctx.attempt.started) {
             t.metrics
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
         }
-        let cancelled = ctx.client_cancelled
-            || e.is_some_and(|e| e.esource() == &pingora::ErrorSource::Downstream);
         if cancelled {
             self.state.metrics.record_client_cancel(route);
         }
+        if ctx.send_timed_out {
+            self.state
+                .metrics
+                .record_client_connection_closed(crate::downstream::ClosedBy::SendTimeout.label());
+        }
         access::log_request(&self.state, session, e, ctx, status, cancelled);
         if let Some(e) = e {
-            log::warn!(
+            // Per request, so not above debug: the access log has the
+            // request, the target's failure log its cause.
+            log::debug!(
                 "request failed: {} {} route={route} target={target} attempts={} status={status}: {e}",
                 session.req_header().method,
                 session.req_header().uri.path(),

@@ -238,6 +238,10 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                 crate::access_log::SERVICE_NAME,
                 crate::access_log::AccessLogWriter::new(Arc::clone(&state)),
             ));
+            server.add_service(background_service(
+                "failure log summary",
+                crate::tracker::FailureLogSummary::new(Arc::clone(&state.learned.tracker)),
+            ));
             if role == Role::Gateway {
                 server.add_service(background_service(
                     "fleet snapshot poller",

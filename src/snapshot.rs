@@ -10,43 +10,44 @@
 //! Addresses a client may use as `model` (config.md): a route's public model;
 //! `<group-slug>/<model>`, the members of a provider group; and
 //! `<provider-slug>/<model>`, one provider pinned. The last two have no
-//! configured route: [`Snapshot::resolve`] builds one on first use and keeps
-//! it for the snapshot's life, sharing the group's balancer (built once in
-//! `build`; before #1655 it was rebuilt per request and a whole fleet's
-//! traffic went to the first member).
+//! configured route. [`Snapshot::address`] says what a name addresses
+//! without building anything, so the caller's key is checked first
+//! ([`Address::admits`]); [`Snapshot::route`] then builds the route, which
+//! shares the group's balancer (built once in `build`; before #1655 it was
+//! rebuilt per request and a whole fleet's traffic went to the first
+//! member) and the group members' counters. What is kept per address is
+//! bounded (`addressed.rs`).
 
+mod addressed;
 mod provider;
 mod route;
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rolter_balancer::{BuildContext, LoadBalancer, RoundRobin, StrategyKind, TargetSpec};
 
+pub use addressed::MAX_ADDRESSED_ROUTES;
 pub use provider::Provider;
 pub use route::{Route, RouteKind, Target};
 
-use crate::auth::{AdminTokens, ApiKeys};
+use crate::auth::{AdminTokens, ApiKeys, Caller};
 use crate::config::{Config, GroupMember};
 use crate::health::HealthPolicy;
 use crate::kv_events::KvTargetsView;
 use crate::lmcache::OccupancyTargetsView;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::state::Learned;
-use crate::tracker::{BreakerPolicy, LoadTracker, ParkingPolicy, TargetId, TrackerView};
+use crate::tracker::{BreakerPolicy, ParkingPolicy, TargetId, TargetStats, TrackerView};
+use addressed::AddressedRoutes;
 
 /// How long an idle upstream connection stays in the pool. Below the 5 s
 /// keep-alive of uvicorn (vLLM, SGLang), so the engine never closes a
 /// connection the gateway is about to reuse.
 pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
-
-/// Distinct group and pinned addresses one snapshot builds routes for. Each
-/// address has its own targets and counters, and clients choose the model
-/// part freely, so the number is bounded; a reload starts afresh.
-pub const MAX_ADDRESSED_ROUTES: usize = 4096;
 
 /// Settings read on the request path and by the health checker.
 #[derive(Clone, Debug)]
@@ -92,15 +93,86 @@ pub struct Group {
     pub strategy: StrategyKind,
     pub balancer: Arc<dyn LoadBalancer>,
     pub members: Vec<GroupMember>,
+    /// Each member's counters, the ones its balancer reads: a member's
+    /// declared `(provider, model)`, a passthrough member's engine
+    /// (`(provider, "*")`, whatever model a request names through it).
+    pub member_stats: Vec<Arc<TargetStats>>,
+    /// Shared by every route built for the group (label `<slug>/*`).
+    metrics: RouteMetrics,
 }
 
-/// Why an address resolves to no route.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Unresolved {
-    /// Nothing is configured under that name.
-    Unknown,
-    /// The snapshot already built [`MAX_ADDRESSED_ROUTES`] addressed routes.
-    TooManyAddresses,
+/// A provider's engine as pinned addresses see it.
+struct Engine {
+    /// `(provider, "*")`, shared with passthrough group members.
+    stats: Arc<TargetStats>,
+    /// Shared by every pinned route of the provider (label `<slug>/*`).
+    metrics: RouteMetrics,
+}
+
+/// What a request's `model` names, found without building anything.
+pub struct Address<'a> {
+    /// The name as the request gave it.
+    pub name: &'a str,
+    pub kind: AddressKind<'a>,
+}
+
+pub enum AddressKind<'a> {
+    /// A `[[routes]]` entry.
+    Route(&'a Arc<Route>),
+    /// A group or pinned provider address: no configured route.
+    Addressed(Addressed<'a>),
+}
+
+pub enum Addressed<'a> {
+    /// `<group-slug>/<model>`.
+    Group { group: &'a Group, model: &'a str },
+    /// `<provider-slug>/<model>`.
+    Pinned {
+        provider: &'a Arc<Provider>,
+        model: &'a str,
+    },
+}
+
+/// Why a caller may not use an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The key's `models` do not list it.
+    Model,
+    /// The key's `providers` exclude every provider behind it.
+    Provider,
+}
+
+impl Address<'_> {
+    /// Whether `caller` may use this address: its `models` list the name
+    /// (or, for a group address, the group's slug, which allows every model
+    /// through the group; a pinned provider address needs its own name or a
+    /// key that allows every model), and its `providers` allow at least one
+    /// provider behind it. Checked before any route is built for it.
+    pub fn admits(&self, caller: &Caller) -> Result<(), Refusal> {
+        let listed = caller.may_use_model(self.name)
+            || matches!(&self.kind, AddressKind::Addressed(Addressed::Group { group, .. }) if caller.may_use_model(&group.slug));
+        if !listed {
+            return Err(Refusal::Model);
+        }
+        let any_provider = match &self.kind {
+            AddressKind::Route(route) => route
+                .targets
+                .iter()
+                .any(|t| caller.may_use_provider(&t.id.provider)),
+            AddressKind::Addressed(Addressed::Group { group, .. }) => group
+                .members
+                .iter()
+                .any(|m| caller.may_use_provider(&m.provider)),
+            AddressKind::Addressed(Addressed::Pinned { provider, .. }) => {
+                caller.may_use_provider(&provider.slug)
+            }
+        };
+        if any_provider {
+            Ok(())
+        } else {
+            Err(Refusal::Provider)
+        }
+    }
 }
 
 pub struct Snapshot {
@@ -113,11 +185,13 @@ pub struct Snapshot {
     route_order: Vec<Arc<Route>>,
     providers: HashMap<String, Arc<Provider>>,
     groups: HashMap<String, Group>,
-    // Routes built for group and pinned addresses. Read-locked for one map
-    // lookup per such request, write-locked once per new address; never held
-    // across an await.
-    addressed: RwLock<HashMap<String, Arc<Route>>>,
-    tracker: Arc<LoadTracker>,
+    /// Each provider's engine, which pinned addresses use.
+    engines: HashMap<String, Engine>,
+    /// The counters of every configured identity (route targets, declared
+    /// group members): a pinned address naming one shares its counters.
+    configured: HashMap<TargetId, Arc<TargetStats>>,
+    /// Routes kept for group and pinned addresses (`addressed.rs`).
+    addressed: AddressedRoutes,
     metrics: Arc<Metrics>,
     pub api_keys: ApiKeys,
     pub admin_tokens: AdminTokens,
@@ -196,14 +270,14 @@ impl Snapshot {
                 .targets
                 .iter()
                 .map(|t| {
+                    let id = TargetId::new(t.provider.clone(), t.model.clone());
                     Target::new(
-                        &route.model,
                         Arc::clone(&providers[&t.provider]),
                         &t.model,
                         t.weight,
                         &config.timeouts,
-                        tracker,
-                        metrics,
+                        tracker.stats(&id),
+                        metrics.target(&route.model, &id.to_string()),
                     )
                 })
                 .collect();
@@ -223,6 +297,7 @@ impl Snapshot {
                 metrics: metrics.route(&route.model, route.strategy.as_str()),
                 targets,
                 adapter: None,
+                kept: false,
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
             route_order.push(route);
@@ -236,7 +311,7 @@ impl Snapshot {
             let ids: Vec<String> = group
                 .members
                 .iter()
-                .map(|m| TargetId::new(m.provider.clone(), member_model(m)).to_string())
+                .map(|m| member_id(m).to_string())
                 .collect();
             let specs: Vec<TargetSpec<'_>> = group
                 .members
@@ -259,7 +334,7 @@ impl Snapshot {
             let member_stats: Vec<_> = group
                 .members
                 .iter()
-                .map(|m| tracker.stats(&TargetId::new(m.provider.clone(), member_model(m))))
+                .map(|m| tracker.stats(&member_id(m)))
                 .collect();
             let views = TargetViews::new(
                 group
@@ -278,16 +353,38 @@ impl Snapshot {
                     strategy: group.strategy,
                     balancer: balancer.into(),
                     members: group.members.clone(),
+                    member_stats,
+                    metrics: metrics.route(&format!("{}/*", group.slug), group.strategy.as_str()),
                 },
             );
         }
+        let configured: HashMap<TargetId, Arc<TargetStats>> = configured_targets(&config)
+            .into_iter()
+            .map(|id| {
+                let stats = tracker.stats(&id);
+                (id, stats)
+            })
+            .collect();
+        let engines: HashMap<String, Engine> = config
+            .providers
+            .iter()
+            .map(|p| {
+                let engine = Engine {
+                    stats: tracker.stats(&TargetId::engine(p.slug.clone())),
+                    metrics: metrics
+                        .route(&format!("{}/*", p.slug), StrategyKind::RoundRobin.as_str()),
+                };
+                (p.slug.clone(), engine)
+            })
+            .collect();
 
         // Last, when nothing can fail any more: a rejected reload keeps
-        // every key's counters.
+        // every key's counters and every target's.
         let api_keys = ApiKeys::new(&config.api_keys, &learned.rate_limits);
         learned
             .rate_limits
             .retain(|name| config.api_keys.iter().any(|k| k.name == name));
+        tracker.retain(configured.keys().cloned().collect());
         Ok(Snapshot {
             version,
             limits: Limits::from_config(&config),
@@ -297,60 +394,113 @@ impl Snapshot {
             route_order,
             providers,
             groups,
-            addressed: RwLock::new(HashMap::new()),
-            tracker: Arc::clone(tracker),
+            engines,
+            configured,
+            addressed: AddressedRoutes::default(),
             metrics: Arc::clone(metrics),
             config,
         })
     }
 
-    /// The route for the `model` a request names: a configured route, a
-    /// group address or a pinned provider address.
-    pub fn resolve(&self, model: &str) -> Result<Arc<Route>, Unresolved> {
+    /// What `model` names: a configured route, a group address or a pinned
+    /// provider address; `None` when nothing is configured under it.
+    /// Builds nothing.
+    pub fn address<'a>(&'a self, model: &'a str) -> Option<Address<'a>> {
         if let Some(route) = self.routes.get(model) {
-            return Ok(Arc::clone(route));
+            return Some(Address {
+                name: model,
+                kind: AddressKind::Route(route),
+            });
         }
-        let (slug, upstream) = model.split_once('/').ok_or(Unresolved::Unknown)?;
-        if upstream.is_empty()
-            || (!self.groups.contains_key(slug) && !self.providers.contains_key(slug))
-        {
-            return Err(Unresolved::Unknown);
+        let (slug, upstream) = model.split_once('/')?;
+        if upstream.is_empty() {
+            return None;
         }
-        let addressed = self.addressed.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(route) = addressed.get(model) {
-            return Ok(Arc::clone(route));
-        }
-        let full = addressed.len() >= MAX_ADDRESSED_ROUTES;
-        drop(addressed);
-        if full {
-            return Err(Unresolved::TooManyAddresses);
-        }
-        let route = Arc::new(match self.groups.get(slug) {
-            Some(group) => self.group_route(group, model, upstream),
-            None => self.pinned_route(&self.providers[slug], model, upstream),
-        });
-        let mut addressed = self.addressed.write().unwrap_or_else(|e| e.into_inner());
-        // A concurrent request may have built the same address first; keep
-        // one, so every request for it shares the same targets.
-        Ok(Arc::clone(
-            addressed.entry(model.to_string()).or_insert(route),
-        ))
+        let addressed = match (self.groups.get(slug), self.providers.get(slug)) {
+            (Some(group), _) => Addressed::Group {
+                group,
+                model: upstream,
+            },
+            (None, Some(provider)) => Addressed::Pinned {
+                provider,
+                model: upstream,
+            },
+            (None, None) => return None,
+        };
+        Some(Address {
+            name: model,
+            kind: AddressKind::Addressed(addressed),
+        })
     }
 
-    fn group_route(&self, group: &Group, address: &str, requested: &str) -> Route {
-        let label = format!("{}/*", group.slug);
+    /// The route of `address`: the configured one, a kept addressed route,
+    /// or one built for this request alone (see [`Snapshot::keep`]).
+    pub fn route(&self, address: &Address<'_>, now_ms: u64) -> Arc<Route> {
+        match &address.kind {
+            AddressKind::Route(route) => Arc::clone(route),
+            AddressKind::Addressed(addressed) => self
+                .addressed
+                .get(address.name, now_ms)
+                .unwrap_or_else(|| Arc::new(self.addressed_route(address.name, addressed, false))),
+        }
+    }
+
+    /// Keeps the route of an address that just served a request, so later
+    /// requests share it (and get its own metric labels while those last).
+    /// A no-op for configured routes and routes kept already.
+    pub fn keep(&self, route: &Route, now_ms: u64) {
+        if route.kind == RouteKind::Configured
+            || route.kept
+            || self.addressed.contains(&route.model)
+        {
+            return;
+        }
+        let Some(Address {
+            name,
+            kind: AddressKind::Addressed(addressed),
+        }) = self.address(&route.model)
+        else {
+            return;
+        };
+        let kept = Arc::new(self.addressed_route(name, &addressed, true));
+        let evicted = self.addressed.insert(kept, now_ms);
+        if evicted > 0 {
+            self.metrics.record_addressed_evictions(evicted);
+        }
+    }
+
+    /// How many addressed routes are kept.
+    pub fn addressed_routes(&self) -> usize {
+        self.addressed.len()
+    }
+
+    /// A route for `addressed`; `kept` routes get their own metric labels
+    /// (while those last), the others share `<provider>/_other`.
+    fn addressed_route(&self, name: &str, addressed: &Addressed<'_>, kept: bool) -> Route {
+        match addressed {
+            Addressed::Group { group, model } => self.group_route(group, name, model, kept),
+            Addressed::Pinned { provider, model } => self.pinned_route(provider, name, model, kept),
+        }
+    }
+
+    fn group_route(&self, group: &Group, address: &str, requested: &str, kept: bool) -> Route {
+        let label = &group.metrics.label;
         let targets = group
             .members
             .iter()
-            .map(|m| {
+            .zip(&group.member_stats)
+            .map(|(m, stats)| {
+                let model = m.model.as_deref().unwrap_or(requested);
+                let metric_label = self
+                    .metrics
+                    .addressed_target_label(&m.provider, model, kept);
                 Target::new(
-                    &label,
                     Arc::clone(&self.providers[&m.provider]),
-                    m.model.as_deref().unwrap_or(requested),
+                    model,
                     m.weight,
                     &self.config.timeouts,
-                    &self.tracker,
-                    &self.metrics,
+                    Arc::clone(stats),
+                    self.metrics.target(label, &metric_label),
                 )
             })
             .collect();
@@ -363,15 +513,31 @@ impl Snapshot {
             strategy: group.strategy,
             balancer: Arc::clone(&group.balancer),
             targets,
-            metrics: self.metrics.route(&label, group.strategy.as_str()),
+            metrics: group.metrics.clone(),
             // The requested model names an adapter over shared base weights
             // only where members forward it as asked.
             adapter: passthrough.then(|| requested.to_string()),
+            kept,
         }
     }
 
-    fn pinned_route(&self, provider: &Arc<Provider>, address: &str, model: &str) -> Route {
-        let label = format!("{}/*", provider.slug);
+    fn pinned_route(
+        &self,
+        provider: &Arc<Provider>,
+        address: &str,
+        model: &str,
+        kept: bool,
+    ) -> Route {
+        let engine = &self.engines[&provider.slug];
+        // The configured target of that provider and model, if there is
+        // one (a pinned request is load on it too), else the engine.
+        let stats = self
+            .configured
+            .get(&TargetId::new(provider.slug.clone(), model))
+            .unwrap_or(&engine.stats);
+        let metric_label = self
+            .metrics
+            .addressed_target_label(&provider.slug, model, kept);
         Route {
             model: address.to_string(),
             kind: RouteKind::Pinned {
@@ -380,24 +546,27 @@ impl Snapshot {
             strategy: StrategyKind::RoundRobin,
             balancer: Arc::new(RoundRobin::new(1)),
             targets: vec![Target::new(
-                &label,
                 Arc::clone(provider),
                 model,
                 1,
                 &self.config.timeouts,
-                &self.tracker,
-                &self.metrics,
+                Arc::clone(stats),
+                self.metrics.target(&engine.metrics.label, &metric_label),
             )],
-            metrics: self
-                .metrics
-                .route(&label, StrategyKind::RoundRobin.as_str()),
+            metrics: engine.metrics.clone(),
             adapter: None,
+            kept,
         }
     }
 
     /// Routes in configuration order.
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.route_order
+    }
+
+    /// The provider with `slug`.
+    pub fn provider(&self, slug: &str) -> Option<&Arc<Provider>> {
+        self.providers.get(slug)
     }
 
     /// Every provider of the configuration.
@@ -411,9 +580,33 @@ impl Snapshot {
     }
 }
 
-/// The model a group member is known by at build time.
-fn member_model(member: &GroupMember) -> &str {
-    member.model.as_deref().unwrap_or("*")
+/// The identity a group member's counters are kept under: its declared
+/// target, or for a passthrough member its provider's engine.
+fn member_id(member: &GroupMember) -> TargetId {
+    match &member.model {
+        Some(model) => TargetId::new(member.provider.clone(), model.clone()),
+        None => TargetId::engine(member.provider.clone()),
+    }
+}
+
+/// Every identity `config` names: route targets, group members and each
+/// provider's engine. The tracker drops the others once they drained.
+fn configured_targets(config: &Config) -> HashSet<TargetId> {
+    let routes = config
+        .routes
+        .iter()
+        .flat_map(|r| &r.targets)
+        .map(|t| TargetId::new(t.provider.clone(), t.model.clone()));
+    let members = config
+        .provider_groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .map(member_id);
+    let engines = config
+        .providers
+        .iter()
+        .map(|p| TargetId::engine(p.slug.clone()));
+    routes.chain(members).chain(engines).collect()
 }
 
 /// What a balancer over some targets reads: their counters, KV indexes and

@@ -11,14 +11,32 @@
 //! whole response including a streamed body was relayed, the client went away,
 //! the attempt failed, or a retry replaced it. Nothing has to remember to
 //! decrement.
+//!
+//! What a latency sample is: time to the first body byte for a streamed
+//! response (vLLM and SGLang send a stream's headers before the request is
+//! even queued, so the first event is the first token), the whole response
+//! for a non-streaming one; taken only from attempts that completed
+//! successfully (`proxy.rs` feeds [`TargetStats::record_success`]).
+//!
+//! Which identities exist: the targets of configured routes and declared
+//! group members (provider, upstream model), and one per provider for what
+//! its engine serves under requested names: passthrough group members and
+//! pinned `<provider>/<model>` addresses that name no configured target
+//! share `(provider, "*")` ([`TargetId::engine`]). So a caller inventing
+//! model names creates no entry, two adapters on one engine share its
+//! load, and a pinned address of a configured target is load on it. A reload that
+//! drops a target drops its entry once nothing holds it any more
+//! ([`LoadTracker::retain`]).
 
 mod breaker;
+mod failure_log;
 mod parking;
 
 pub use breaker::{Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition};
+pub use failure_log::{FailureLog, FailureReason};
 pub use parking::{parse_retry_after, Parking, ParkingPolicy};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,12 +54,21 @@ pub struct TargetId {
     pub model: String,
 }
 
+/// The model part of [`TargetId::engine`].
+pub const ANY_MODEL: &str = "*";
+
 impl TargetId {
     pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
             provider: provider.into(),
             model: model.into(),
         }
+    }
+
+    /// The provider's engine as a whole: whatever model a request names
+    /// through a passthrough group member or a pinned provider address.
+    pub fn engine(provider: impl Into<String>) -> Self {
+        Self::new(provider, ANY_MODEL)
     }
 }
 
@@ -65,10 +92,14 @@ pub struct TargetStats {
     /// predicted_latency's model of this target; lives here, not in the
     /// balancer, so a reload does not throw away what it learned.
     latency_model: LatencyModel,
+    /// adaptive's warm-up picks spent on this target, for the same reason:
+    /// a target that never answers absorbs the budget once, not per reload.
+    warm_up_picks: AtomicU64,
     /// Breaker and parking live here too: a reload must not close an open
     /// breaker or unpark a target that asked for time.
     pub breaker: CircuitBreaker,
     pub parking: Parking,
+    pub failure_log: FailureLog,
 }
 
 const NO_SAMPLE: u64 = 0;
@@ -80,7 +111,8 @@ pub struct TargetLoad {
     pub requests: u64,
     pub failures: u64,
     pub picks: u64,
-    /// Smoothed time to response headers of successful attempts, in ms.
+    /// Smoothed latency of successful attempts, in ms: time to first token
+    /// for streams, the whole response otherwise (see the module docs).
     pub latency_ewma_ms: Option<f64>,
     pub latency_samples: u64,
     pub breaker: BreakerState,
@@ -114,7 +146,7 @@ impl TargetStats {
             .learn(queue_depth, prompt_ktokens, latency.as_secs_f64() * 1000.0);
     }
 
-    /// Feeds the latency EWMA with a successful attempt's time to headers.
+    /// Feeds the latency EWMA with a successful attempt's latency.
     pub fn record_latency(&self, latency: Duration) {
         let sample = latency.as_secs_f64();
         // A CAS loop rather than a lock: contention is one retry at worst,
@@ -154,6 +186,24 @@ impl TargetStats {
 
     pub fn latency_model(&self) -> &LatencyModel {
         &self.latency_model
+    }
+
+    /// Attempts dispatched to this target since the process started.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Claims one of `budget` warm-up picks; false when they are spent.
+    pub fn spend_warm_up(&self, budget: u64) -> bool {
+        self.warm_up_picks
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spent| {
+                (spent < budget).then_some(spent + 1)
+            })
+            .is_ok()
+    }
+
+    pub fn warm_up_spent(&self) -> u64 {
+        self.warm_up_picks.load(Ordering::Relaxed)
     }
 
     pub fn load(&self) -> TargetLoad {
@@ -204,6 +254,20 @@ impl TargetStatsView for TrackerView {
             .map_or(0, |t| t.latency_samples.load(Ordering::Relaxed))
     }
 
+    fn served(&self, target: usize) -> u64 {
+        self.targets.get(target).map_or(0, |t| t.requests())
+    }
+
+    fn warm_up_spent(&self, target: usize) -> u64 {
+        self.targets.get(target).map_or(0, |t| t.warm_up_spent())
+    }
+
+    fn spend_warm_up(&self, target: usize, budget: u64) -> bool {
+        self.targets
+            .get(target)
+            .is_some_and(|t| t.spend_warm_up(budget))
+    }
+
     fn predicted_latency_ms(
         &self,
         target: usize,
@@ -220,9 +284,30 @@ impl TargetStatsView for TrackerView {
 /// Owner of every target's counters, shared by all snapshots.
 #[derive(Debug, Default)]
 pub struct LoadTracker {
-    // Locked only while a snapshot is built or the admin API lists targets;
-    // the request path never touches it.
-    targets: Mutex<HashMap<TargetId, Arc<TargetStats>>>,
+    // Locked only while a snapshot is built, the admin API or a metrics
+    // scrape lists targets, or the failure-log summary runs; the request
+    // path never touches it.
+    targets: Mutex<Targets>,
+}
+
+#[derive(Debug, Default)]
+struct Targets {
+    stats: HashMap<TargetId, Arc<TargetStats>>,
+    /// The identities the current configuration names; `None` until the
+    /// first [`LoadTracker::retain`] (everything is kept).
+    configured: Option<HashSet<TargetId>>,
+}
+
+impl Targets {
+    /// Drops the entries of targets no longer configured that nothing holds
+    /// any more: no snapshot, no request in flight.
+    fn sweep(&mut self) {
+        let Some(configured) = &self.configured else {
+            return;
+        };
+        self.stats
+            .retain(|id, stats| configured.contains(id) || Arc::strong_count(stats) > 1);
+    }
 }
 
 impl LoadTracker {
@@ -233,23 +318,78 @@ impl LoadTracker {
     /// The counters of `id`, created empty the first time it is seen.
     pub fn stats(&self, id: &TargetId) -> Arc<TargetStats> {
         let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(stats) = targets.get(id) {
+        if let Some(stats) = targets.stats.get(id) {
             return Arc::clone(stats);
         }
         let stats = Arc::new(TargetStats::default());
-        targets.insert(id.clone(), Arc::clone(&stats));
+        targets.stats.insert(id.clone(), Arc::clone(&stats));
         stats
     }
 
-    /// Every target seen since start, sorted by identity.
+    /// Keeps the entries of `configured` (a new snapshot's identities) and
+    /// drops every other entry once it drained: at once when nothing holds
+    /// it, else at a later listing after the last request holding it ended.
+    pub fn retain(&self, configured: HashSet<TargetId>) {
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        targets.configured = Some(configured);
+        targets.sweep();
+    }
+
+    /// Every target tracked, sorted by identity (drained targets a reload
+    /// removed are dropped first).
     pub fn entries(&self) -> Vec<(TargetId, Arc<TargetStats>)> {
-        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        targets.sweep();
         let mut entries: Vec<_> = targets
+            .stats
             .iter()
             .map(|(id, stats)| (id.clone(), Arc::clone(stats)))
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         entries
+    }
+
+    /// Writes one line per target and kind of failure with the failures the
+    /// log left out since the last call (see `failure_log.rs`).
+    pub fn summarize_failures(&self) {
+        for (id, stats) in self.entries() {
+            for (reason, count) in stats.failure_log.take_suppressed() {
+                log::warn!(
+                    "{id}: {count} more {} failures in the last {} s (only the first {} per window are logged in full)",
+                    reason.label(),
+                    failure_log::WINDOW_MS / 1000,
+                    failure_log::BURST,
+                );
+            }
+        }
+    }
+}
+
+/// The background service behind [`LoadTracker::summarize_failures`]: one
+/// summary per failure-log window.
+pub struct FailureLogSummary {
+    tracker: Arc<LoadTracker>,
+}
+
+impl FailureLogSummary {
+    pub fn new(tracker: Arc<LoadTracker>) -> Self {
+        Self { tracker }
+    }
+}
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for FailureLogSummary {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        let every = Duration::from_millis(failure_log::WINDOW_MS);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => self.tracker.summarize_failures(),
+                _ = shutdown.changed() => {
+                    self.tracker.summarize_failures();
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -280,6 +420,34 @@ mod tests {
         assert_eq!(again.in_flight(), 1);
         let other = tracker.stats(&TargetId::new("gpu-a", "other"));
         assert_eq!(other.in_flight(), 0);
+    }
+
+    #[test]
+    fn entries_of_removed_targets_go_once_they_drained() {
+        let tracker = LoadTracker::new();
+        let kept = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let removed = tracker.stats(&TargetId::new("gpu-b", "m"));
+        let busy = removed.begin();
+        drop(removed);
+        tracker.retain(HashSet::from([TargetId::new("gpu-a", "m")]));
+        assert_eq!(
+            tracker.entries().len(),
+            2,
+            "a request still in flight keeps its target's entry"
+        );
+        drop(busy);
+        let entries = tracker.entries();
+        assert_eq!(entries.len(), 1, "drained: gone at the next listing");
+        assert_eq!(entries[0].0, TargetId::new("gpu-a", "m"));
+        assert!(Arc::ptr_eq(&entries[0].1, &kept));
+    }
+
+    #[test]
+    fn warm_up_budget_is_spent_once_per_target() {
+        let stats = TargetStats::default();
+        assert!((0..8).all(|_| stats.spend_warm_up(8)));
+        assert!(!stats.spend_warm_up(8));
+        assert_eq!(stats.warm_up_spent(), 8);
     }
 
     #[test]

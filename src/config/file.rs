@@ -38,6 +38,19 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 60;
 /// Upper bound for `server.header_read_timeout_secs`, in seconds: one hour;
 /// catches the default written in milliseconds (60000).
 pub const MAX_HEADER_READ_TIMEOUT_SECS: u64 = 3_600;
+/// Default for `server.send_timeout_secs`, in seconds: 60 (nginx's
+/// `send_timeout`).
+pub const DEFAULT_SEND_TIMEOUT_SECS: u64 = 60;
+/// Upper bound for `server.send_timeout_secs`, in seconds: one hour;
+/// catches the default written in milliseconds (60000).
+pub const MAX_SEND_TIMEOUT_SECS: u64 = 3_600;
+/// Default for `server.max_request_header_bytes`: 32 KiB (nginx's
+/// `large_client_header_buffers 4 8k`).
+pub const DEFAULT_MAX_REQUEST_HEADER_BYTES: u64 = 32 * 1024;
+/// Bounds of `server.max_request_header_bytes`: a request line and a
+/// handful of headers need 1 KiB; Pingora itself reads at most 1 MiB.
+pub const MIN_REQUEST_HEADER_BYTES: u64 = 1024;
+pub const MAX_REQUEST_HEADER_BYTES: u64 = 1024 * 1024 - 1;
 /// Default for `server.keepalive_timeout_secs`, in seconds: 60.
 pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 60;
 /// Upper bound for `server.keepalive_timeout_secs`, in seconds: one hour;
@@ -290,6 +303,17 @@ pub struct ServerTable {
     /// 0 = unlimited. Default: 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
+    /// Extension. Longest a client may go without accepting any byte of a
+    /// response, in seconds (nginx's `send_timeout`); past it the
+    /// connection is closed and the engine's request cancelled.
+    /// Default: 60; 1 to 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_timeout_secs: Option<u64>,
+    /// Extension. Largest request header accepted, in bytes: the request
+    /// line and every field line; larger ones get 431 and never reach an
+    /// engine. Default: 32768 (nginx's 4 x 8 KiB); 1024 to 1048575.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_request_header_bytes: Option<u64>,
 }
 
 /// One `[[server.tls]]` entry: an HTTPS listener.

@@ -140,6 +140,8 @@ fn empty_file_gets_every_default() {
             keepalive_timeout: Duration::from_secs(60),
             keepalive_requests: 1000,
             max_connections: 0,
+            send_timeout: Duration::from_secs(60),
+            max_request_header_bytes: 32_768,
         }
     );
     assert!(config.providers.is_empty() && config.routes.is_empty());
@@ -310,6 +312,25 @@ fn unknown_role_lists_the_known_ones() {
     // Its control plane is not judged against a role nobody meant.
     let error = only_error("[server]\nrole = \"primary\"\n\n[control_plane]\nurl = \"http://c\"\n");
     assert_eq!(field(&error), "server.role");
+}
+
+#[test]
+fn send_timeout_and_header_limit_are_bounded_and_name_their_field() {
+    let error = only_error("[server]\nsend_timeout_secs = 0\n");
+    assert_eq!(field(&error), "server.send_timeout_secs");
+    let error = only_error("[server]\nsend_timeout_secs = 60000\n");
+    assert!(
+        error.message.contains("not milliseconds"),
+        "{}",
+        error.message
+    );
+    let error = only_error("[server]\nmax_request_header_bytes = 100\n");
+    assert_eq!(field(&error), "server.max_request_header_bytes");
+    let error = only_error("[server]\nmax_request_header_bytes = 2097152\n");
+    assert_eq!(field(&error), "server.max_request_header_bytes");
+    let server = ok("[server]\nsend_timeout_secs = 5\nmax_request_header_bytes = 8192\n").server;
+    assert_eq!(server.send_timeout, Duration::from_secs(5));
+    assert_eq!(server.max_request_header_bytes, 8192);
 }
 
 #[test]

@@ -327,6 +327,30 @@ impl Validator<'_> {
                 eligibility::Unit::Seconds,
             )
             .unwrap_or(file::DEFAULT_HEADER_READ_TIMEOUT_SECS);
+        let send_timeout = self
+            .bounded(
+                "server.send_timeout_secs",
+                table.send_timeout_secs,
+                file::DEFAULT_SEND_TIMEOUT_SECS,
+                file::MAX_SEND_TIMEOUT_SECS,
+                eligibility::Unit::Seconds,
+            )
+            .unwrap_or(file::DEFAULT_SEND_TIMEOUT_SECS);
+        let max_request_header_bytes = table
+            .max_request_header_bytes
+            .unwrap_or(file::DEFAULT_MAX_REQUEST_HEADER_BYTES);
+        if !(file::MIN_REQUEST_HEADER_BYTES..=file::MAX_REQUEST_HEADER_BYTES)
+            .contains(&max_request_header_bytes)
+        {
+            self.error(
+                "server.max_request_header_bytes",
+                format!(
+                    "must be between {} and {} bytes (got {max_request_header_bytes})",
+                    file::MIN_REQUEST_HEADER_BYTES,
+                    file::MAX_REQUEST_HEADER_BYTES
+                ),
+            );
+        }
         let keepalive_timeout = table
             .keepalive_timeout_secs
             .unwrap_or(file::DEFAULT_KEEPALIVE_TIMEOUT_SECS);
@@ -366,6 +390,9 @@ impl Validator<'_> {
             max_connections: table
                 .max_connections
                 .unwrap_or(file::DEFAULT_MAX_CONNECTIONS),
+            send_timeout: Duration::from_secs(send_timeout),
+            max_request_header_bytes: usize::try_from(max_request_header_bytes)
+                .unwrap_or(usize::MAX),
         }
     }
 

@@ -58,6 +58,12 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub ttft_ms: u64,
 
+    /// Milliseconds added to the time to first token per generation request
+    /// already running when this one arrives: a queue that delays the first
+    /// token, while a stream's headers still go out at once (as vLLM's do).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub queue_ttft_ms: u64,
+
     /// Delay between generated tokens, in milliseconds (streamed or not).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub token_delay_ms: u64,
@@ -181,6 +187,7 @@ impl Default for FakeLlmArgs {
             name: "fake-llm".to_owned(),
             model: Vec::new(),
             ttft_ms: 0,
+            queue_ttft_ms: 0,
             token_delay_ms: 0,
             max_tokens: 16,
             fail_status: None,

@@ -25,6 +25,8 @@ pub(crate) struct Mode {
     pub(crate) retry_after: Option<u64>,
     /// Milliseconds to the first token.
     pub(crate) ttft_ms: u64,
+    /// Milliseconds more to the first token per request already running.
+    pub(crate) queue_ttft_ms: u64,
     /// Milliseconds between tokens.
     pub(crate) token_delay_ms: u64,
     /// Microseconds to prefill one uncached prompt token.
@@ -41,6 +43,7 @@ impl Mode {
             reset_after_chunks: args.reset_after_chunks,
             retry_after: args.retry_after,
             ttft_ms: args.ttft_ms,
+            queue_ttft_ms: args.queue_ttft_ms,
             token_delay_ms: args.token_delay_ms,
             prefill_us_per_token: args.prefill_us_per_token,
         }
@@ -55,6 +58,7 @@ impl Mode {
             "reset_after_chunks": self.reset_after_chunks,
             "retry_after": self.retry_after,
             "ttft_ms": self.ttft_ms,
+            "queue_ttft_ms": self.queue_ttft_ms,
             "token_delay_ms": self.token_delay_ms,
             "prefill_us_per_token": self.prefill_us_per_token,
         })
@@ -97,6 +101,7 @@ impl Mode {
                 "reset_after_chunks" => mode.reset_after_chunks = optional_u64(field, value)?,
                 "retry_after" => mode.retry_after = optional_u64(field, value)?,
                 "ttft_ms" => mode.ttft_ms = required_u64(field, value)?,
+                "queue_ttft_ms" => mode.queue_ttft_ms = required_u64(field, value)?,
                 "token_delay_ms" => mode.token_delay_ms = required_u64(field, value)?,
                 "prefill_us_per_token" => {
                     mode.prefill_us_per_token = required_u64(field, value)?;

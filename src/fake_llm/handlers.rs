@@ -190,9 +190,12 @@ async fn generate(
     });
     let created = unix_seconds();
     let prefill = engine.kv.admit(&request.prompts);
+    // The requests running before this one (its own guard counts it too).
+    let ahead = engine.stats.running().saturating_sub(1);
     let ttft_ms = mode
         .ttft_ms
-        .saturating_add(prefill.prefill_ms(mode.prefill_us_per_token));
+        .saturating_add(prefill.prefill_ms(mode.prefill_us_per_token))
+        .saturating_add(mode.queue_ttft_ms.saturating_mul(ahead));
     let mut response = if request.stream {
         let plan = StreamPlan {
             kind,

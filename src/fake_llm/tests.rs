@@ -362,8 +362,8 @@ async fn control_injects_failure_with_retry_after_and_reset_restores() {
     assert_eq!(
         mode,
         json!({"fail_status": 503, "fail_delay_ms": 0, "hang": false, "reset_after_chunks": null,
-               "retry_after": 7, "ttft_ms": 0, "token_delay_ms": 0, "prefill_us_per_token": 50,
-               "kv_pause": false, "kv_drop_next": 0, "occupancy_override": null,
+               "retry_after": 7, "ttft_ms": 0, "queue_ttft_ms": 0, "token_delay_ms": 0,
+               "prefill_us_per_token": 50, "kv_pause": false, "kv_drop_next": 0, "occupancy_override": null,
                "cache_available": true})
     );
     let request = json!({"model": "m", "messages": []});

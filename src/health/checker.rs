@@ -23,6 +23,8 @@ use crate::state::GatewayState;
 const TICK: Duration = Duration::from_millis(250);
 /// Marks a probe answered 429 in the validator's error.
 const BUSY: ErrorType = ErrorType::CustomCode("engine busy", 429);
+/// Marks a probe answered 404 or 405: the path, not the engine, is wrong.
+const NOT_SERVED: &str = "health path not served";
 
 pub struct HealthChecker {
     state: Arc<GatewayState>,
@@ -63,6 +65,10 @@ impl Probe {
             match response.status.as_u16() {
                 200..=299 => Ok(()),
                 429 => Err(Error::explain(BUSY, "health probe answered 429")),
+                status @ (404 | 405) => Err(Error::explain(
+                    ErrorType::CustomCode(NOT_SERVED, status),
+                    format!("health probe answered {status}"),
+                )),
                 status => Err(Error::explain(
                     ErrorType::CustomCode("health probe status", status),
                     format!("health probe answered {status}"),
@@ -77,7 +83,13 @@ impl Probe {
         match tokio::time::timeout(timeout, self.check.check(&self.backend)).await {
             Ok(Ok(())) => (ProbeOutcome::Up, String::new()),
             Ok(Err(e)) if e.etype() == &BUSY => (ProbeOutcome::Busy, e.to_string()),
-            Ok(Err(e)) => (ProbeOutcome::Down, e.to_string()),
+            Ok(Err(e)) => match e.etype() {
+                ErrorType::CustomCode(NOT_SERVED, status) => (
+                    ProbeOutcome::Misconfigured { status: *status },
+                    e.to_string(),
+                ),
+                _ => (ProbeOutcome::Down, e.to_string()),
+            },
             Err(_) => (ProbeOutcome::Down, format!("no answer within {timeout:?}")),
         }
     }
@@ -136,7 +148,22 @@ impl BackgroundService for HealthChecker {
                     outcome,
                     provider.health.is_healthy(),
                 );
-                match provider.health.record(outcome, now, &policy) {
+                let was_misconfigured = provider.health.probe_misconfigured().is_some();
+                let change = provider.health.record(outcome, now, &policy);
+                if let ProbeOutcome::Misconfigured { status } = outcome {
+                    if !was_misconfigured {
+                        log::warn!(
+                            "provider {}: its health probe GET {} answered {status}: the engine does not serve that path; it is not judged by the probe until health_path names one it serves (e.g. /health or /v1/models)",
+                            provider.slug,
+                            provider.health_path
+                        );
+                    }
+                }
+                self.state.metrics.set_probe_misconfigured(
+                    &provider.slug,
+                    provider.health.probe_misconfigured().is_some(),
+                );
+                match change {
                     Some(HealthChange::WentDown) => {
                         log::warn!("provider {} is unhealthy: {detail}", provider.slug)
                     }

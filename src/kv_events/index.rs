@@ -16,8 +16,11 @@
 //! map; `AllBlocksCleared` empties the rank.
 //!
 //! When a rank counts. A rank's blocks answer only while the rank is
-//! *fresh* (a message within the staleness window, 30 s by default) and not
-//! *rebuilding*. A rank is rebuilding from the moment its blocks were
+//! *fresh* (a message within the staleness window, 30 s by default), not
+//! *rebuilding*, and not known to be *cut off*: from the moment its
+//! subscriber sees the publisher go away (or cannot reach it) until it is
+//! connected again, the rank is neutral at once; staleness is only for a
+//! stream that merely went quiet. A rank is rebuilding from the moment its blocks were
 //! thrown away or never known: when its subscriber starts, after a gap that
 //! replay could not fill, after an engine restart, after a batch that could
 //! not be read. It counts again as soon as either (a) it holds a block
@@ -140,6 +143,9 @@ pub(crate) struct RankStatus {
     /// Changed only under the index's write lock, with the blocks.
     rebuilding: AtomicBool,
     connected: AtomicBool,
+    /// The subscriber saw the publisher go away, or cannot reach it; cleared
+    /// when it connects again.
+    cut_off: AtomicBool,
     next_seq: AtomicU64,
 }
 
@@ -149,6 +155,7 @@ impl RankStatus {
             last_message_ms: AtomicU64::new(NEVER),
             rebuilding: AtomicBool::new(true),
             connected: AtomicBool::new(false),
+            cut_off: AtomicBool::new(false),
             next_seq: AtomicU64::new(NO_SEQ),
         }
     }
@@ -161,7 +168,9 @@ impl RankStatus {
     }
 
     fn usable(&self, now_ms: u64, stale_after_ms: u64) -> bool {
-        !self.rebuilding.load(Ordering::Acquire) && !self.stale(now_ms, stale_after_ms)
+        !self.rebuilding.load(Ordering::Acquire)
+            && !self.cut_off.load(Ordering::Acquire)
+            && !self.stale(now_ms, stale_after_ms)
     }
 }
 
@@ -623,6 +632,7 @@ impl RankWriter {
     pub(crate) fn connected(&self, endpoint: &str) {
         bump(&self.index.counters.connects);
         self.status.connected.store(true, Ordering::Release);
+        self.status.cut_off.store(false, Ordering::Release);
         log::info!(
             "kv events {} rank {}: subscribed to {endpoint}",
             self.index.provider,
@@ -633,12 +643,14 @@ impl RankWriter {
     pub(crate) fn disconnected(&self, why: &dyn std::fmt::Display) {
         let count = bump(&self.index.counters.disconnects);
         self.status.connected.store(false, Ordering::Release);
+        self.status.cut_off.store(true, Ordering::Release);
         self.warn_sometimes(count, format_args!("disconnected: {why}"));
     }
 
     pub(crate) fn connect_failed(&self, endpoint: &str, why: &dyn std::fmt::Display) {
         let count = bump(&self.index.counters.connect_failures);
         self.status.connected.store(false, Ordering::Release);
+        self.status.cut_off.store(true, Ordering::Release);
         self.warn_sometimes(count, format_args!("cannot subscribe to {endpoint}: {why}"));
     }
 

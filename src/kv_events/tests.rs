@@ -322,3 +322,20 @@ async fn an_absent_publisher_is_retried_and_picked_up_when_it_appears() {
     assert!(index.summary().ranks[0].connected);
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_publisher_that_goes_away_is_neutral_at_once_not_after_the_staleness_window() {
+    let (mut publisher, gateway) = connected(false).await;
+    let index = gateway.index();
+    publisher.publish(vec![store(0)]).await;
+    eventually("block 0", || index.summary().blocks_resident == 1).await;
+    assert_eq!(index.resident_leading_fraction(&prompt(1)), Some(1.0));
+    // The engine goes away. The clock does not move: staleness cannot be
+    // what turns the rank neutral.
+    drop(publisher);
+    eventually("the disconnect", || !index.summary().ranks[0].connected).await;
+    assert_eq!(index.resident_leading_fraction(&prompt(1)), None);
+    assert!(!index.summary().usable);
+    assert!(!index.summary().ranks[0].stale, "known broken, not stale");
+    gateway.stop().await;
+}

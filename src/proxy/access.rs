@@ -14,7 +14,8 @@ use crate::error::GatewayError;
 use crate::state::GatewayState;
 
 /// Logs the request, unless the access log is off. `status` is what went to
-/// the client (0: nothing did); `cancelled`: the client went away.
+/// the client (499: nothing, the client left first; 0: nothing at all);
+/// `cancelled`: the client went away.
 pub fn log_request(
     state: &GatewayState,
     session: &Session,
@@ -80,11 +81,7 @@ fn record(
             |p| p.as_str().to_string(),
         ),
         protocol: protocol(request.version),
-        status: if status == 0 && cancelled {
-            499
-        } else {
-            status
-        },
+        status,
         key: ctx
             .caller
             .as_ref()
@@ -117,7 +114,6 @@ fn requested_model(ctx: &RequestCtx) -> Option<String> {
     }
     match ctx.error.as_ref()? {
         GatewayError::UnknownModel { model }
-        | GatewayError::AddressLimit { model, .. }
         | GatewayError::ModelNotAllowed { model, .. }
         | GatewayError::NoAllowedProvider { model, .. } => Some(model.clone()),
         _ => None,
@@ -140,6 +136,9 @@ fn named_key(ctx: &RequestCtx) -> Option<String> {
 fn error_code(e: Option<&Error>, ctx: &RequestCtx, cancelled: bool) -> Option<&'static str> {
     if cancelled {
         return None;
+    }
+    if ctx.send_timed_out {
+        return Some(crate::downstream::ClosedBy::SendTimeout.label());
     }
     match (&ctx.error, e) {
         (Some(error), _) => Some(error.code()),

@@ -70,13 +70,16 @@ async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, G
             .await
             .map_err(|e| GatewayError::BodyRead(e.to_string()))?;
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    // Nothing is reserved on the client's word: a declared 32 MiB that never
+    // arrives would otherwise hold 32 MiB per connection.
+    let mut body = BytesMut::new();
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
                     return Err(GatewayError::BodyTooLarge { limit });
                 }
+                reserve_for(&mut body, chunk.len(), declared);
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(body.freeze()),
@@ -88,6 +91,19 @@ async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, G
             Err(e) => return Err(GatewayError::BodyRead(e.to_string())),
         }
     }
+}
+
+/// Makes room for `incoming` more bytes: at least doubling what arrived
+/// (so a body is copied O(1) times), never past the declared length, never
+/// more than twice what actually arrived.
+fn reserve_for(body: &mut BytesMut, incoming: usize, declared: Option<usize>) {
+    let needed = body.len() + incoming;
+    if needed <= body.capacity() {
+        return;
+    }
+    let doubled = needed.max(2 * body.len());
+    let target = declared.map_or(doubled, |d| doubled.min(d.max(needed)));
+    body.reserve(target - body.len());
 }
 
 fn is_expect_continue(session: &Session) -> bool {
@@ -115,6 +131,29 @@ pub fn attempt_body(body: &Bytes, model_span: &Range<usize>, model_json: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_grows_with_what_arrived_never_with_what_was_declared() {
+        let mut body = BytesMut::new();
+        reserve_for(&mut body, 16, Some(32 << 20));
+        assert!(
+            body.capacity() < 4096,
+            "a declared 32 MiB reserved {} bytes for 16 that arrived",
+            body.capacity()
+        );
+        // Growth at least doubles, and stops at the declared length.
+        body.extend_from_slice(&[0; 16]);
+        let mut copies = 0;
+        let declared = 1 << 20;
+        while body.len() < declared {
+            let before = body.capacity();
+            reserve_for(&mut body, 4096, Some(declared));
+            copies += usize::from(body.capacity() != before);
+            body.extend_from_slice(&[0; 4096][..4096.min(declared - body.len())]);
+        }
+        assert!(copies <= 20, "{copies} reallocations for 1 MiB");
+        assert!(body.capacity() <= 2 * declared);
+    }
 
     #[test]
     fn splices_the_model_literal_and_nothing_else() {

@@ -60,6 +60,8 @@ pub struct RequestCtx {
     pub response_started: bool,
     /// The client went away before the response ended.
     pub client_cancelled: bool,
+    /// The client stopped reading and `server.send_timeout_secs` passed.
+    pub send_timed_out: bool,
     /// An error the gateway answers itself, rendered by `fail_to_proxy`.
     pub error: Option<GatewayError>,
     /// The last failed attempt, for the final error message.
@@ -76,11 +78,26 @@ pub struct Attempt {
     pub in_flight: Option<InFlightGuard>,
     /// The breaker's admission (a half-open probe is released if unsettled).
     pub breaker: Option<BreakerTicket>,
+    /// Targets whose breaker refused this pick after the balancer chose
+    /// them (a half-open probe slot went to another request): left out of
+    /// this pick only, never marked tried.
+    pub refused: TargetSet,
+    /// Every target the caller may use is down by active health checks
+    /// alone: health is ignored for this pick (`select.rs`).
+    pub ignore_health: bool,
     /// The body for this attempt's target (model rewritten).
     pub body: Bytes,
     pub status: Option<u16>,
     /// The attempt failed on a 5xx/429 that the gateway turned into a retry.
     pub failed_over_status: bool,
+    /// The response may teach the target's latency (status below 400);
+    /// cleared once it did.
+    pub teaches: bool,
+    /// The response is a stream (`text/event-stream`): its sample is the
+    /// time to its first body byte, not to its end.
+    pub streaming: bool,
+    /// When the first body byte arrived, after `started`.
+    pub first_byte: Option<std::time::Duration>,
 }
 
 impl RequestCtx {
@@ -104,25 +121,44 @@ impl RequestCtx {
     }
 
     /// Whether target `index` of the route may take the next attempt: not
-    /// tried yet, allowed to the caller's key, its provider healthy, not
-    /// parked, its breaker not open (load-balancing.md's eligibility rule).
-    /// Reads only; `now_ms` is the clock of the current pick.
+    /// tried yet, allowed to the caller's key, its provider healthy (unless
+    /// health is ignored for this pick), not parked, its breaker not open
+    /// (load-balancing.md's eligibility rule). Reads only; `now_ms` is the
+    /// clock of the current pick.
     pub fn is_eligible(&self, route: &Route, index: usize) -> bool {
         let target = &route.targets[index];
         let Some(snapshot) = self.snapshot.as_deref() else {
             return false;
         };
         !self.tried.contains(index)
-            && self
-                .caller
-                .as_ref()
-                .is_none_or(|c| c.may_use_provider(&target.id.provider))
-            && target.provider.health.is_healthy()
+            && !self.attempt.refused.contains(index)
+            && self.may_use(target)
+            && (self.attempt.ignore_health || target.provider.health.is_healthy())
             && !target.stats.parking.is_parked(self.now_ms)
             && target
                 .stats
                 .breaker
                 .admits(self.now_ms, &snapshot.limits.breaker)
+    }
+
+    /// Notes what a failure on the client's side means: it stopped reading
+    /// past `send_timeout` (a write timed out), or it went away.
+    pub fn downstream_failed(&mut self, e: &pingora::Error) {
+        if e.esource() != &pingora::ErrorSource::Downstream {
+            return;
+        }
+        if e.etype() == &pingora::ErrorType::WriteTimedout {
+            self.send_timed_out = true;
+        } else if !self.send_timed_out {
+            self.client_cancelled = true;
+        }
+    }
+
+    /// Whether the caller's key allows `target`'s provider.
+    pub fn may_use(&self, target: &Target) -> bool {
+        self.caller
+            .as_ref()
+            .is_none_or(|c| c.may_use_provider(&target.id.provider))
     }
 
     /// Whether a failed attempt may be retried on another target.

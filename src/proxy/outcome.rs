@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ctx::RequestCtx;
-use crate::metrics::{FailureReason, Metrics};
-use crate::tracker::{Admission, BreakerPolicy, TargetStats, Transition};
+use crate::metrics::Metrics;
+use crate::tracker::{Admission, BreakerPolicy, FailureReason, TargetStats, Transition};
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -108,7 +108,9 @@ impl Drop for BreakerTicket {
     }
 }
 
-/// Records a failed attempt against its target.
+/// Records a failed attempt against its target. One log line per failure
+/// while the target's failure log admits it (`tracker/failure_log.rs`),
+/// the parking it caused included; none past that.
 pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure) {
     let now = crate::clock::now_ms();
     let Some((_, target)) = ctx.current_target() else {
@@ -118,24 +120,30 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
         return;
     };
     let label = target.label.clone();
+    let metric_label = Arc::clone(&target.metrics.label);
     let stats = Arc::clone(&target.stats);
 
     stats.record_failure();
-    metrics.record_upstream_failure(&label, failure.reason());
+    metrics.record_upstream_failure(&metric_label, failure.reason());
     match failure {
-        Failure::FirstByteTimeout => metrics.record_timeout(&label, "first_byte"),
-        Failure::IdleTimeout => metrics.record_timeout(&label, "idle"),
+        Failure::FirstByteTimeout => metrics.record_timeout(&metric_label, "first_byte"),
+        Failure::IdleTimeout => metrics.record_timeout(&metric_label, "idle"),
         _ => {}
     }
-    if let Some(retry_after) = failure.parks() {
-        let until = stats
+    let parked_until = failure.parks().map(|retry_after| {
+        stats
             .parking
-            .park(now, limits.parking.duration_ms(retry_after));
-        log::info!(
-            "{label} parked for {} ms: {}",
-            until.saturating_sub(now),
-            failure.describe()
-        );
+            .park(now, limits.parking.duration_ms(retry_after))
+    });
+    if stats.failure_log.admit(failure.reason(), now) {
+        match parked_until {
+            Some(until) => log::warn!(
+                "{label}: {}; parked for {} ms",
+                failure.describe(),
+                until.saturating_sub(now)
+            ),
+            None => log::warn!("{label}: {}", failure.describe()),
+        }
     }
     if let Some(ticket) = ctx.attempt.breaker.as_mut() {
         let transition = if failure.counts_for_breaker() {
@@ -143,27 +151,35 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
         } else {
             ticket.success()
         };
-        report_transition(metrics, &label, transition);
+        report_transition(metrics, &label, &metric_label, transition);
     }
     ctx.last_failure = Some(format!("{label}: {}", failure.describe()));
 }
 
 /// Records that the target answered (any status the breaker does not count).
 pub fn attempt_succeeded(ctx: &mut RequestCtx, metrics: &Metrics) {
-    let Some(label) = ctx.current_target().map(|(_, t)| t.label.clone()) else {
+    let Some((label, metric_label)) = ctx
+        .current_target()
+        .map(|(_, t)| (t.label.clone(), Arc::clone(&t.metrics.label)))
+    else {
         return;
     };
     if let Some(ticket) = ctx.attempt.breaker.as_mut() {
-        report_transition(metrics, &label, ticket.success());
+        report_transition(metrics, &label, &metric_label, ticket.success());
     }
 }
 
-fn report_transition(metrics: &Metrics, label: &str, transition: Option<Transition>) {
+fn report_transition(
+    metrics: &Metrics,
+    label: &str,
+    metric_label: &str,
+    transition: Option<Transition>,
+) {
     if let Some(transition) = transition {
         log::warn!(
             "circuit breaker of {label} is now {}",
             transition.to.as_str()
         );
-        metrics.record_breaker_transition(label, transition.to);
+        metrics.record_breaker_transition(metric_label, transition.to);
     }
 }

@@ -85,7 +85,7 @@ pub async fn models(session: &mut Session, snapshot: &Snapshot, caller: &Caller,
     let mut ids: Vec<String> = snapshot
         .routes()
         .iter()
-        .filter(|r| caller.may_use_route(r))
+        .filter(|r| caller.may_use_model(&r.model))
         .map(|r| r.model.clone())
         .collect();
     let mut groups: Vec<_> = snapshot

@@ -1,8 +1,40 @@
 //! Choosing the target of an attempt: the route's balancer over the
 //! eligible targets, and the reason when none is eligible.
+//!
+//! Health panic (Envoy's panic threshold, at its limit): active health
+//! checks alone never empty a route. When every target the caller may use
+//! is down by its probes, the probes are more likely wrong (a slow health
+//! path under load, a probe the engine does not serve) than every engine
+//! dead, so the pick ignores health and the breaker, parking and the key's
+//! rules still decide. Counted in `rolter_health_panic_total`; entering and
+//! leaving it is logged once each.
+
+use std::sync::atomic::Ordering;
 
 use super::ctx::RequestCtx;
 use crate::snapshot::Route;
+
+/// Whether health must be ignored for this pick (see the module docs);
+/// logs the route entering and leaving panic.
+pub fn health_panic(route: &Route, ctx: &RequestCtx) -> bool {
+    let mut usable = route.targets.iter().filter(|t| ctx.may_use(t)).peekable();
+    let panic = usable.peek().is_some() && usable.all(|t| !t.provider.health.is_healthy());
+    let flag = &route.metrics.health_panic;
+    if panic != flag.load(Ordering::Relaxed) && flag.swap(panic, Ordering::Relaxed) != panic {
+        if panic {
+            log::warn!(
+                "route {}: active health checks mark every target down; routing across them anyway (health panic) while breakers and parking still apply",
+                route.metrics.label
+            );
+        } else {
+            log::info!(
+                "route {}: a target passes its health checks again; health panic over",
+                route.metrics.label
+            );
+        }
+    }
+    panic
+}
 
 /// The balancer's pick among the eligible targets. Every strategy honours
 /// eligibility; should one ever pick an ineligible target, the first
@@ -34,13 +66,9 @@ pub fn why_none(route: &Route, ctx: &RequestCtx) -> String {
     for (i, target) in route.targets.iter().enumerate() {
         if ctx.tried.contains(i) {
             tried += 1;
-        } else if ctx
-            .caller
-            .as_ref()
-            .is_some_and(|c| !c.may_use_provider(&target.id.provider))
-        {
+        } else if !ctx.may_use(target) {
             not_allowed += 1;
-        } else if !target.provider.health.is_healthy() {
+        } else if !ctx.attempt.ignore_health && !target.provider.health.is_healthy() {
             unhealthy += 1;
         } else if let Some(until) = target.stats.parking.parked_until(ctx.now_ms) {
             parked += 1;

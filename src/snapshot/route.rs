@@ -9,14 +9,15 @@ use rolter_balancer::{LoadBalancer, StrategyKind, TargetSpec};
 
 use super::{Provider, UPSTREAM_IDLE_TIMEOUT};
 use crate::config;
-use crate::metrics::{Metrics, RouteMetrics, TargetMetrics};
-use crate::tracker::{LoadTracker, TargetId, TargetStats};
+use crate::metrics::{RouteMetrics, TargetMetrics};
+use crate::tracker::{TargetId, TargetStats};
 
 /// One target of one route.
 pub struct Target {
     pub id: TargetId,
-    /// `id` as text (`provider/model`), the stable identity strategies and
-    /// metrics see.
+    /// `id` as text (`provider/model`), the stable identity strategies, logs
+    /// and the access log see (metrics use `metrics.label`, which may fold
+    /// an addressed target's model).
     pub label: String,
     pub provider: Arc<Provider>,
     pub weight: u32,
@@ -24,22 +25,24 @@ pub struct Target {
     pub model_json: Bytes,
     pub model_header: HeaderValue,
     pub provider_header: HeaderValue,
+    /// The counters this target is balanced and learned on: its own
+    /// identity's, or for a passthrough member or a pinned address its
+    /// provider's engine (`tracker.rs`).
     pub stats: Arc<TargetStats>,
     pub metrics: TargetMetrics,
     peer: HttpPeer,
 }
 
 impl Target {
-    /// Builds the target `provider` serving `model`, attached to its
-    /// counters in `tracker`. `route_label` names the route in metrics.
+    /// Builds the target `provider` serving `model`, balanced on `stats`,
+    /// measured through `metrics`.
     pub fn new(
-        route_label: &str,
         provider: Arc<Provider>,
         model: &str,
         weight: u32,
         timeouts: &config::Timeouts,
-        tracker: &LoadTracker,
-        metrics: &Metrics,
+        stats: Arc<TargetStats>,
+        metrics: TargetMetrics,
     ) -> Target {
         let id = TargetId::new(provider.slug.clone(), model);
         let label = id.to_string();
@@ -67,8 +70,8 @@ impl Target {
         }
         let model_json = serde_json::to_vec(model).unwrap_or_default();
         Target {
-            stats: tracker.stats(&id),
-            metrics: metrics.target(route_label, &label),
+            stats,
+            metrics,
             model_header: HeaderValue::from_str(model)
                 .unwrap_or_else(|_| HeaderValue::from_static("-")),
             provider_header: HeaderValue::from_str(&provider.slug)
@@ -126,4 +129,7 @@ pub struct Route {
     /// The LoRA adapter requests on this route address: set only for a
     /// group route whose passthrough members forward the requested model.
     pub adapter: Option<String>,
+    /// An addressed route the snapshot keeps (`addressed.rs`); configured
+    /// routes and routes built for one request are not.
+    pub kept: bool,
 }

@@ -3,7 +3,7 @@
 //! Closed: requests flow; `failure_threshold` consecutive failures open it.
 //! Open: the target takes nothing for `open` (it is ineligible). Then
 //! half-open: exactly one request is admitted as a probe — whoever wins the
-//! compare-and-swap on `probe_in_flight` — and every other request keeps
+//! compare-and-swap that sets its probe flag — and every other request keeps
 //! treating the target as ineligible. The probe's success closes the breaker,
 //! its failure re-opens it for another `open`; a probe that ends without a
 //! verdict (the client went away) frees the slot for the next probe.
@@ -11,8 +11,14 @@
 //! Eligibility asks [`CircuitBreaker::admits`], which only reads; the pick is
 //! then confirmed with [`CircuitBreaker::try_admit`], which claims the probe
 //! slot, so a predicate evaluated many times per pick never claims anything.
+//!
+//! State, the probe flag and the time the breaker opened live in one
+//! `AtomicU64` and change together by compare-and-swap: a reader never sees
+//! "open" without the time it opened (an earlier layout stored the state
+//! first, and an admission in between read the previous `opened_at`, found
+//! the open period long over and took the half-open probe at once).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Breaker settings (`[breaker]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,19 +45,7 @@ impl BreakerState {
             BreakerState::HalfOpen => "half_open",
         }
     }
-
-    fn from_u8(value: u8) -> Self {
-        match value {
-            OPEN => BreakerState::Open,
-            HALF_OPEN => BreakerState::HalfOpen,
-            _ => BreakerState::Closed,
-        }
-    }
 }
-
-const CLOSED: u8 = 0;
-const OPEN: u8 = 1;
-const HALF_OPEN: u8 = 2;
 
 /// How a confirmed pick was admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,17 +61,67 @@ pub struct Transition {
     pub to: BreakerState,
 }
 
+/// The packed word: state in the top two bits, the probe flag below them,
+/// the clock reading (ms) the breaker last opened at in the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Word(u64);
+
+const STATE_SHIFT: u32 = 62;
+const PROBE_BIT: u64 = 1 << 61;
+const TIME_MASK: u64 = PROBE_BIT - 1;
+const CLOSED: u64 = 0;
+const OPEN: u64 = 1;
+const HALF_OPEN: u64 = 2;
+
+impl Word {
+    fn new(state: u64, probe: bool, opened_at_ms: u64) -> Self {
+        // Clock readings are milliseconds since start (`clock.rs`): 2^61 ms
+        // is 73 million years, so the mask never cuts a real reading.
+        Word(state << STATE_SHIFT | if probe { PROBE_BIT } else { 0 } | opened_at_ms & TIME_MASK)
+    }
+
+    fn state(self) -> u64 {
+        self.0 >> STATE_SHIFT
+    }
+
+    fn probe(self) -> bool {
+        self.0 & PROBE_BIT != 0
+    }
+
+    fn opened_at_ms(self) -> u64 {
+        self.0 & TIME_MASK
+    }
+
+    /// Whether the open period is over at `now_ms`.
+    fn open_elapsed(self, now_ms: u64, policy: &BreakerPolicy) -> bool {
+        now_ms >= self.opened_at_ms().saturating_add(policy.open_ms)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct CircuitBreaker {
-    state: AtomicU8,
+    word: AtomicU64,
     consecutive_failures: AtomicU32,
-    opened_at_ms: AtomicU64,
-    probe_in_flight: AtomicBool,
 }
 
 impl CircuitBreaker {
+    fn load(&self) -> Word {
+        Word(self.word.load(Ordering::Acquire))
+    }
+
+    /// Replaces `current` with `next`; false when another thread changed it first.
+    fn swap(&self, current: Word, next: Word) -> bool {
+        self.word
+            .compare_exchange(current.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     pub fn state(&self) -> BreakerState {
-        BreakerState::from_u8(self.state.load(Ordering::Acquire))
+        match self.load().state() {
+            OPEN => BreakerState::Open,
+            HALF_OPEN => BreakerState::HalfOpen,
+            _ => BreakerState::Closed,
+        }
     }
 
     /// Whether a request may be sent now (read only; see the module docs).
@@ -85,13 +129,11 @@ impl CircuitBreaker {
         if !policy.enabled {
             return true;
         }
-        match self.state.load(Ordering::Acquire) {
+        let word = self.load();
+        match word.state() {
             CLOSED => true,
-            OPEN => {
-                now_ms >= self.opened_at_ms.load(Ordering::Acquire) + policy.open_ms
-                    && !self.probe_in_flight.load(Ordering::Acquire)
-            }
-            _ => !self.probe_in_flight.load(Ordering::Acquire),
+            OPEN => word.open_elapsed(now_ms, policy) && !word.probe(),
+            _ => !word.probe(),
         }
     }
 
@@ -101,15 +143,18 @@ impl CircuitBreaker {
         if !policy.enabled {
             return Some(Admission::Normal);
         }
-        match self.state.load(Ordering::Acquire) {
-            CLOSED => Some(Admission::Normal),
-            OPEN if now_ms < self.opened_at_ms.load(Ordering::Acquire) + policy.open_ms => None,
-            _ => {
-                self.probe_in_flight
-                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                    .ok()?;
-                self.state.store(HALF_OPEN, Ordering::Release);
-                Some(Admission::Probe)
+        loop {
+            let word = self.load();
+            match word.state() {
+                CLOSED => return Some(Admission::Normal),
+                OPEN if !word.open_elapsed(now_ms, policy) => return None,
+                _ if word.probe() => return None,
+                _ => {
+                    let probing = Word::new(HALF_OPEN, true, word.opened_at_ms());
+                    if self.swap(word, probing) {
+                        return Some(Admission::Probe);
+                    }
+                }
             }
         }
     }
@@ -118,8 +163,9 @@ impl CircuitBreaker {
     pub fn record_success(&self, admission: Admission) -> Option<Transition> {
         self.consecutive_failures.store(0, Ordering::Relaxed);
         if admission == Admission::Probe {
-            self.state.store(CLOSED, Ordering::Release);
-            self.probe_in_flight.store(false, Ordering::Release);
+            let opened_at = self.load().opened_at_ms();
+            self.word
+                .store(Word::new(CLOSED, false, opened_at).0, Ordering::Release);
             return Some(Transition {
                 to: BreakerState::Closed,
             });
@@ -135,37 +181,38 @@ impl CircuitBreaker {
         policy: &BreakerPolicy,
     ) -> Option<Transition> {
         if admission == Admission::Probe {
-            self.open(now_ms);
-            self.probe_in_flight.store(false, Ordering::Release);
+            // Re-opens and frees the probe slot in one store.
+            self.word
+                .store(Word::new(OPEN, false, now_ms).0, Ordering::Release);
+            self.consecutive_failures.store(0, Ordering::Relaxed);
             return Some(Transition {
                 to: BreakerState::Open,
             });
         }
         let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if policy.enabled
-            && failures >= policy.failure_threshold
-            && self
-                .state
-                .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            self.opened_at_ms.store(now_ms, Ordering::Release);
-            return Some(Transition {
-                to: BreakerState::Open,
-            });
+        if !policy.enabled || failures < policy.failure_threshold {
+            return None;
         }
-        None
+        let word = self.load();
+        (word.state() == CLOSED && self.swap(word, Word::new(OPEN, false, now_ms))).then_some(
+            Transition {
+                to: BreakerState::Open,
+            },
+        )
     }
 
     /// A probe ended without a verdict: let the next request probe.
     pub fn release_probe(&self) {
-        self.probe_in_flight.store(false, Ordering::Release);
-    }
-
-    fn open(&self, now_ms: u64) {
-        self.opened_at_ms.store(now_ms, Ordering::Release);
-        self.state.store(OPEN, Ordering::Release);
-        self.consecutive_failures.store(0, Ordering::Relaxed);
+        loop {
+            let word = self.load();
+            if !word.probe() {
+                return;
+            }
+            let freed = Word::new(word.state(), false, word.opened_at_ms());
+            if self.swap(word, freed) {
+                return;
+            }
+        }
     }
 }
 
@@ -265,5 +312,60 @@ mod tests {
         }
         assert!(breaker.admits(0, &policy));
         assert_eq!(breaker.try_admit(0, &policy), Some(Admission::Normal));
+    }
+
+    /// Regression: `record_failure` stored "open" before the time it opened,
+    /// and an admission in between took the half-open probe at once. Each
+    /// round opens a fresh breaker at t = 10 s while readers ask to be
+    /// admitted at t = 10.5 s, inside the open period: none may probe.
+    #[test]
+    fn no_admission_sees_open_without_its_opening_time() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Barrier;
+
+        const ROUNDS: usize = 2_000;
+        for round in 0..ROUNDS {
+            let breaker = CircuitBreaker::default();
+            let opened = AtomicBool::new(false);
+            let start = Barrier::new(3);
+            std::thread::scope(|scope| {
+                for _ in 0..2 {
+                    scope.spawn(|| {
+                        start.wait();
+                        // Bounded: the writer opens within a few thousand spins.
+                        for _ in 0..100_000 {
+                            let admission = breaker.try_admit(10_500, &POLICY);
+                            assert_ne!(
+                                admission,
+                                Some(Admission::Probe),
+                                "round {round}: probed inside the open period"
+                            );
+                            if opened.load(Ordering::Acquire) && admission.is_none() {
+                                break;
+                            }
+                        }
+                    });
+                }
+                start.wait();
+                for _ in 0..POLICY.failure_threshold {
+                    fail(&breaker, 10_000);
+                }
+                opened.store(true, Ordering::Release);
+            });
+            assert_eq!(breaker.state(), BreakerState::Open);
+            assert!(!breaker.admits(10_999, &POLICY));
+            assert!(breaker.admits(11_000, &POLICY));
+        }
+    }
+
+    #[test]
+    fn packed_word_keeps_state_probe_and_time_apart() {
+        let word = Word::new(HALF_OPEN, true, 123_456);
+        assert_eq!(word.state(), HALF_OPEN);
+        assert!(word.probe());
+        assert_eq!(word.opened_at_ms(), 123_456);
+        let word = Word::new(OPEN, false, TIME_MASK);
+        assert_eq!((word.state(), word.probe()), (OPEN, false));
+        assert_eq!(word.opened_at_ms(), TIME_MASK);
     }
 }

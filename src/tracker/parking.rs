@@ -15,9 +15,13 @@ pub struct ParkingPolicy {
 
 impl ParkingPolicy {
     /// How long to park for, given the upstream's `Retry-After` if any.
+    /// Saturates: a `Retry-After` of a trillion seconds parks for
+    /// `max_ms`, it never wraps into a short park.
     pub fn duration_ms(&self, retry_after: Option<Duration>) -> u64 {
         retry_after
-            .map_or(self.base_ms, |d| d.as_millis() as u64)
+            .map_or(self.base_ms, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            })
             .min(self.max_ms)
     }
 }
@@ -32,7 +36,7 @@ impl Parking {
     /// Parks until `now_ms + duration_ms`, unless already parked longer.
     /// Returns the deadline in force.
     pub fn park(&self, now_ms: u64, duration_ms: u64) -> u64 {
-        let until = now_ms + duration_ms;
+        let until = now_ms.saturating_add(duration_ms);
         self.until_ms.fetch_max(until, Ordering::AcqRel).max(until)
     }
 
@@ -48,10 +52,12 @@ impl Parking {
 }
 
 /// Parses a `Retry-After` value: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
+/// Delay-seconds too large for a `u64` read as the longest delay there is
+/// (the policy caps it), not as no header at all.
 pub fn parse_retry_after(value: &[u8]) -> Option<Duration> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(text.parse::<u64>().unwrap_or(u64::MAX)));
     }
     let when = httpdate::parse_http_date(text).ok()?;
     Some(when.duration_since(SystemTime::now()).unwrap_or_default())
@@ -95,5 +101,24 @@ mod tests {
         assert!(parsed > Duration::from_secs(90) && parsed <= Duration::from_secs(100));
         assert_eq!(parse_retry_after(b"soon"), None);
         assert_eq!(parse_retry_after(b"-1"), None);
+        assert_eq!(parse_retry_after(b""), None);
+    }
+
+    #[test]
+    fn a_huge_retry_after_parks_for_the_cap_and_never_wraps_into_a_short_park() {
+        let policy = ParkingPolicy {
+            base_ms: 5000,
+            max_ms: 300_000,
+        };
+        // 2^64 / 1000 + 1 seconds: its milliseconds wrapped to a few ms
+        // when cast to u64.
+        let wraps = Duration::from_secs(u64::MAX / 1000 + 1);
+        assert_eq!(policy.duration_ms(Some(wraps)), 300_000);
+        assert_eq!(policy.duration_ms(Some(Duration::MAX)), 300_000);
+        let beyond_u64 = parse_retry_after(b"99999999999999999999999").unwrap();
+        assert_eq!(policy.duration_ms(Some(beyond_u64)), 300_000);
+        let parking = Parking::default();
+        assert_eq!(parking.park(u64::MAX - 10, 300_000), u64::MAX);
+        assert!(parking.is_parked(u64::MAX - 1));
     }
 }

@@ -266,6 +266,14 @@ fn default_literals() -> BTreeMap<&'static str, String> {
             "DEFAULT_MAX_CONNECTIONS",
             DEFAULT_MAX_CONNECTIONS.to_string(),
         ),
+        (
+            "DEFAULT_SEND_TIMEOUT_SECS",
+            DEFAULT_SEND_TIMEOUT_SECS.to_string(),
+        ),
+        (
+            "DEFAULT_MAX_REQUEST_HEADER_BYTES",
+            DEFAULT_MAX_REQUEST_HEADER_BYTES.to_string(),
+        ),
         ("DEFAULT_TLS_VERIFY", DEFAULT_TLS_VERIFY.to_string()),
         (
             "DEFAULT_KV_EVENTS_TOPIC",

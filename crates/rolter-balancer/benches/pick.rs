@@ -167,6 +167,16 @@ impl TargetStatsView for WarmStats {
     fn latency_samples(&self, target: usize) -> u64 {
         u64::from(target < self.latency_ms.len()) * 100
     }
+    fn served(&self, target: usize) -> u64 {
+        self.latency_samples(target)
+    }
+    /// Warm: nothing left to warm up.
+    fn warm_up_spent(&self, _target: usize) -> u64 {
+        u64::MAX
+    }
+    fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
+        false
+    }
     fn predicted_latency_ms(
         &self,
         target: usize,

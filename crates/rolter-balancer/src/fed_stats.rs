@@ -3,6 +3,7 @@
 //! keeps it (an EWMA of successful requests, alpha 0.3), predictions from a
 //! real [`LatencyModel`] per target.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::views::TargetStatsView;
@@ -17,6 +18,9 @@ pub(crate) struct FedStats {
     /// simpler than atomics and nothing here is timed.
     latency: Mutex<Vec<(Option<f64>, u64)>>,
     models: Vec<LatencyModel>,
+    /// Requests dispatched per target, as the gateway's in-flight guard counts.
+    served: Vec<AtomicU64>,
+    warm_up: Vec<AtomicU64>,
 }
 
 impl FedStats {
@@ -25,7 +29,14 @@ impl FedStats {
         Self {
             latency: Mutex::new(vec![(None, 0); targets]),
             models: (0..targets).map(|_| LatencyModel::new()).collect(),
+            served: (0..targets).map(|_| AtomicU64::new(0)).collect(),
+            warm_up: (0..targets).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// A request dispatched to `target` (the gateway counts it on dispatch).
+    pub(crate) fn dispatch(&self, target: usize) {
+        self.served[target].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A successful request to `target` that took `ms`.
@@ -57,6 +68,28 @@ impl TargetStatsView for FedStats {
     fn latency_samples(&self, target: usize) -> u64 {
         let latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
         latency.get(target).map_or(0, |(_, samples)| *samples)
+    }
+
+    fn served(&self, target: usize) -> u64 {
+        self.served
+            .get(target)
+            .map_or(0, |s| s.load(Ordering::Relaxed))
+    }
+
+    fn warm_up_spent(&self, target: usize) -> u64 {
+        self.warm_up
+            .get(target)
+            .map_or(0, |s| s.load(Ordering::Relaxed))
+    }
+
+    fn spend_warm_up(&self, target: usize, budget: u64) -> bool {
+        self.warm_up.get(target).is_some_and(|spent| {
+            spent
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < budget).then_some(n + 1)
+                })
+                .is_ok()
+        })
     }
 
     fn predicted_latency_ms(

@@ -7,12 +7,23 @@
 //! read atomics or take only short, non-blocking locks, and never do I/O.
 //! `None` always means "unknown": the scorer built on it stays neutral.
 
-/// What the gateway has measured about each target.
+/// What the gateway has measured about each target, kept per target
+/// identity so that it outlives a reload (which rebuilds every balancer).
 pub trait TargetStatsView: Send + Sync {
-    /// Smoothed latency of successful requests, in ms; `None` before the first.
+    /// Smoothed latency of successful requests, in ms; `None` before the
+    /// first. A sample is a stream's time to first token, or a whole
+    /// non-streaming response.
     fn latency_ms(&self, target: usize) -> Option<f64>;
     /// How many successful requests fed [`TargetStatsView::latency_ms`].
     fn latency_samples(&self, target: usize) -> u64;
+    /// Requests dispatched to `target` so far (adaptive's `min_samples`).
+    fn served(&self, target: usize) -> u64;
+    /// adaptive's warm-up picks spent on `target` so far.
+    fn warm_up_spent(&self, target: usize) -> u64;
+    /// Claims one of `budget` warm-up picks for `target`, atomically; false
+    /// when they are spent. The one write of this view: the budget must
+    /// live where a reload cannot reset it.
+    fn spend_warm_up(&self, target: usize, budget: u64) -> bool;
     /// What a request of `prompt_ktokens` joining a queue of `queue_depth`
     /// is modelled to take on `target`, in ms; `None` while the target's
     /// model has too little evidence (see `predicted_latency`).
@@ -49,6 +60,16 @@ impl TargetStatsView for NoViews {
     }
     fn latency_samples(&self, _target: usize) -> u64 {
         0
+    }
+    fn served(&self, _target: usize) -> u64 {
+        0
+    }
+    fn warm_up_spent(&self, _target: usize) -> u64 {
+        0
+    }
+    /// Nothing to keep the budget in: no warm-up.
+    fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
+        false
     }
     fn predicted_latency_ms(
         &self,

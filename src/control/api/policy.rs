@@ -3,7 +3,9 @@
 //! "Adaptive routing"). A change is validated with the whole document like
 //! any other write, stored sanitized, audited as
 //! `adaptive_routing_policy.update`, and answered with the routes and
-//! provider groups it reaches (those on the `adaptive` strategy). An
+//! provider groups it reaches (those on the `adaptive` strategy). A PUT
+//! changes the fields it names and keeps the stored value of every field
+//! it omits (`{"enabled": false}` is the kill switch, nothing else). An
 //! all-zero blend is refused outright: switching adaptive routing off is
 //! what `enabled = false` is for.
 
@@ -42,7 +44,10 @@ pub(super) async fn endpoint(
 }
 
 async fn put(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> Result<ApiResponse, ApiResponse> {
-    let table: AdaptiveRoutingTable = parse_body(body)?;
+    let written: AdaptiveRoutingTable = parse_body(body)?;
+    let mut write = begin(ctx, caller).await?;
+    let mut candidate = write.document().await.map_err(store_error)?;
+    let table = with_stored(written, &candidate.adaptive_routing);
     let sanitized = sanitize_policy(&table);
     let weights = [
         sanitized.latency_weight,
@@ -56,8 +61,6 @@ async fn put(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> Result<ApiRespon
         ));
     }
 
-    let mut write = begin(ctx, caller).await?;
-    let mut candidate = write.document().await.map_err(store_error)?;
     // As written, so the validator refuses what is not a number and warns
     // about what sanitizing changes.
     candidate.adaptive_routing = table.clone();
@@ -93,6 +96,21 @@ async fn put(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> Result<ApiRespon
         }
     }
     Ok(ApiResponse::json(StatusCode::OK, answer))
+}
+
+/// `written` with every field it omits taken from `stored`.
+fn with_stored(
+    written: AdaptiveRoutingTable,
+    stored: &AdaptiveRoutingTable,
+) -> AdaptiveRoutingTable {
+    AdaptiveRoutingTable {
+        enabled: written.enabled.or(stored.enabled),
+        latency_weight: written.latency_weight.or(stored.latency_weight),
+        cost_weight: written.cost_weight.or(stored.cost_weight),
+        load_weight: written.load_weight.or(stored.load_weight),
+        exploration_ratio: written.exploration_ratio.or(stored.exploration_ratio),
+        min_samples: written.min_samples.or(stored.min_samples),
+    }
 }
 
 fn view(stored: &StoredPolicy) -> Value {

@@ -775,6 +775,22 @@ async fn the_policy_is_sanitized_audited_and_names_the_routes_it_reaches() {
             h.audit_actions().await.last().unwrap().1,
             "adaptive_routing_policy.update"
         );
+
+        // A PUT that names one field changes that field only: the kill
+        // switch does not reset the blend to the defaults.
+        let switch = h
+            .call(
+                Method::PUT,
+                "/api/v1/adaptive-routing-policy",
+                superadmin,
+                Some(json!({ "enabled": false })),
+            )
+            .await;
+        expect(&switch, StatusCode::OK);
+        let mut kept = put.body["data"].clone();
+        kept["enabled"] = json!(false);
+        assert_eq!(switch.body["data"], kept);
+        assert_eq!(h.version().await, 4);
     })
     .await;
 }

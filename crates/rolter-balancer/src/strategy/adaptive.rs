@@ -8,9 +8,11 @@
 //!
 //! 1. the policy is enabled (the kill switch);
 //! 2. at least one of its weights is non-zero;
-//! 3. the route has served `min_samples` requests — this balancer's picks,
-//!    so a new snapshot re-earns them on the fallback, the conservative
-//!    direction — *and* at least two of its targets have a latency sample.
+//! 3. the route's targets have served `min_samples` requests *and* at
+//!    least two of them have a latency sample. Both counts are kept per
+//!    target identity by the gateway ([`TargetStatsView::served`]), not in
+//!    the balancer, so a reload (which rebuilds every balancer, on a fleet
+//!    gateway at every fleet version) keeps an engaged route engaged.
 //!
 //! Until then every pick goes to the fallback: the pipeline stack the route
 //! would have used otherwise ([`Pipeline::default_stack`] when built by
@@ -100,8 +102,6 @@ pub struct Adaptive {
     rng: SplitMix64,
     /// Picks and last pick time per target (the attribution atomics).
     picks: PickCounters,
-    /// Warm-up picks spent per target, at most [`Adaptive::WARM_UP_PICKS`].
-    warm_up: Box<[AtomicU64]>,
     /// Each target's in-flight count as of the latest pick, for reports.
     in_flight: Box<[AtomicU64]>,
     blend_picks: AtomicU64,
@@ -146,7 +146,6 @@ impl Adaptive {
             fallback,
             rng: SplitMix64::from_seed(seed),
             picks: PickCounters::new(targets.len()),
-            warm_up: targets.iter().map(|_| AtomicU64::new(0)).collect(),
             in_flight: targets.iter().map(|_| AtomicU64::new(0)).collect(),
             blend_picks: AtomicU64::new(0),
             fallback_picks: AtomicU64::new(0),
@@ -190,12 +189,10 @@ impl Adaptive {
         p.enabled && (p.latency_weight > 0.0 || p.cost_weight > 0.0 || p.load_weight > 0.0)
     }
 
-    /// Condition 3: `min_samples` picks served and two targets sampled.
+    /// Condition 3: `min_samples` requests served and two targets sampled.
     fn has_evidence(&self) -> bool {
-        let picks = self.blend_picks.load(Ordering::Relaxed)
-            + self.fallback_picks.load(Ordering::Relaxed)
-            + self.exploration_picks.load(Ordering::Relaxed);
-        picks >= self.policy.min_samples
+        let served: u64 = (0..self.targets()).map(|i| self.stats.served(i)).sum();
+        served >= self.policy.min_samples
             && (0..self.targets())
                 .filter(|&i| self.stats.latency_samples(i) > 0)
                 .take(Self::MIN_SAMPLED_TARGETS)
@@ -219,30 +216,27 @@ impl Adaptive {
     /// budget is not spent, claimed atomically; `None` when there is none.
     fn warm_up(&self, loads: &[u64], eligible: &dyn Fn(usize) -> bool) -> Option<usize> {
         // A concurrent pick may spend the last budget of the chosen target
-        // between the scan and the claim; scan again then (each retry means
-        // some budget was spent, so this ends).
-        loop {
+        // between the scan and the claim; scan again then. Bounded: each
+        // retry means a budget was spent, and there are n * 8 of them.
+        for _ in 0..=self.targets() * Self::WARM_UP_PICKS as usize {
             let mut chosen: Option<(u64, u64, usize)> = None;
-            for (i, warm_up) in self.warm_up.iter().enumerate() {
-                let spent = warm_up.load(Ordering::Relaxed);
+            for (i, &load) in loads.iter().enumerate().take(self.targets()) {
+                let spent = self.stats.warm_up_spent(i);
                 if spent >= Self::WARM_UP_PICKS || !eligible(i) || self.stats.latency_samples(i) > 0
                 {
                     continue;
                 }
-                let key = (spent, loads[i], i);
+                let key = (spent, load, i);
                 if chosen.is_none_or(|best| key < best) {
                     chosen = Some(key);
                 }
             }
             let (_, _, target) = chosen?;
-            let claimed =
-                self.warm_up[target].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spent| {
-                    (spent < Self::WARM_UP_PICKS).then_some(spent + 1)
-                });
-            if claimed.is_ok() {
+            if self.stats.spend_warm_up(target, Self::WARM_UP_PICKS) {
                 return Some(target);
             }
         }
+        None
     }
 
     /// Whether this engaged pick explores.

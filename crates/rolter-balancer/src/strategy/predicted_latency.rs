@@ -161,6 +161,15 @@ mod tests {
         fn latency_samples(&self, _target: usize) -> u64 {
             0
         }
+        fn served(&self, _target: usize) -> u64 {
+            0
+        }
+        fn warm_up_spent(&self, _target: usize) -> u64 {
+            0
+        }
+        fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
+            false
+        }
         fn predicted_latency_ms(&self, target: usize, _queue: u64, _ktokens: f64) -> Option<f64> {
             self.0[target]
         }

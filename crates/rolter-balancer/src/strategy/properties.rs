@@ -123,7 +123,7 @@ fn balancer(kind: StrategyKind, case: &Case) -> Box<dyn LoadBalancer> {
     let view = Arc::new(FixedView::new(&case.signals));
     ctx.kv_blocks = view.clone();
     ctx.occupancy = view;
-    ctx.stats = Arc::new(SignalStats(case.signals.clone()));
+    ctx.stats = Arc::new(SignalStats::new(case.signals.clone()));
     ctx.adaptive = adaptive_policy(case.seed);
     build(kind, &ctx)
 }
@@ -132,11 +132,22 @@ fn balancer(kind: StrategyKind, case: &Case) -> Box<dyn LoadBalancer> {
 /// with a signal is sampled (and predicts, growing with its queue and the
 /// prompt), one without is cold — so `adaptive` warms up, engages and
 /// explores, and `predicted_latency` ranks known and unknown targets.
-struct SignalStats(Vec<Option<f64>>);
+struct SignalStats {
+    signals: Vec<Option<f64>>,
+    /// Every target has served a dozen requests; warm-up spends per target.
+    warm_up: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl SignalStats {
+    fn new(signals: Vec<Option<f64>>) -> Self {
+        let warm_up = signals.iter().map(|_| Default::default()).collect();
+        Self { signals, warm_up }
+    }
+}
 
 impl TargetStatsView for SignalStats {
     fn latency_ms(&self, target: usize) -> Option<f64> {
-        self.0
+        self.signals
             .get(target)
             .copied()
             .flatten()
@@ -151,14 +162,32 @@ impl TargetStatsView for SignalStats {
         }
     }
 
+    fn served(&self, target: usize) -> u64 {
+        u64::from(target < self.signals.len()) * 12
+    }
+
+    fn warm_up_spent(&self, target: usize) -> u64 {
+        self.warm_up
+            .get(target)
+            .map_or(0, |w| w.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn spend_warm_up(&self, target: usize, budget: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.warm_up.get(target).is_some_and(|w| {
+            w.fetch_update(Relaxed, Relaxed, |n| (n < budget).then_some(n + 1))
+                .is_ok()
+        })
+    }
+
     fn predicted_latency_ms(&self, target: usize, queue: u64, ktokens: f64) -> Option<f64> {
-        let s = self.0.get(target).copied().flatten()?;
+        let s = self.signals.get(target).copied().flatten()?;
         Some(50.0 + 900.0 * s + 40.0 * queue as f64 + 100.0 * ktokens)
     }
 }
 
 /// An adaptive policy varied by the case's seed: mostly enabled, engaging
-/// after 0 to 4 picks, exploring none, some or half of the traffic, now and
+/// after 0 to 4 requests served (each target has served 12), exploring none, some or half of the traffic, now and
 /// then with an all-zero blend.
 fn adaptive_policy(seed: u64) -> AdaptivePolicy {
     let zero_blend = seed % 7 == 0;

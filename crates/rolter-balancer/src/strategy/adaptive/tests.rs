@@ -114,6 +114,7 @@ fn serve(
         };
         let target = lb.pick_eligible(&ctx, &loads, eligible).expect("eligible");
         assert!(eligible(target), "picked ineligible {target}");
+        stats.dispatch(target);
         counts[target] += 1;
         if let Some(ms) = answers[target] {
             stats.record(target, ms);
@@ -178,6 +179,36 @@ fn warm_up_spends_exactly_eight_picks_on_a_target_that_never_answers() {
     assert_eq!(got.exploration, 2 * Adaptive::WARM_UP_PICKS);
     assert_eq!(got.fallback, 500 - 2 * Adaptive::WARM_UP_PICKS);
     assert!(!got.engaged, "one sampled target is not evidence");
+}
+
+#[test]
+fn a_rebuilt_balancer_keeps_the_evidence_and_the_spent_warm_up_budget() {
+    // A reload rebuilds every balancer (a fleet gateway on every fleet
+    // version); what was learned lives in the stats view, per target.
+    let stats = Arc::new(FedStats::new(2));
+    stats.set(0, Some(300.0), 10);
+    let build = || {
+        let (fallback, _) = Pinned::to(0, 2);
+        adaptive(&[None, None], &stats, enabled(), fallback)
+    };
+    let mut probes = 0;
+    for _reload in 0..5 {
+        let lb = build();
+        probes += serve(&lb, &stats, &[Some(300.0), None], 20, &|_| true)[1];
+    }
+    assert_eq!(
+        probes,
+        Adaptive::WARM_UP_PICKS,
+        "a target that never answers absorbs eight picks in total, not eight per reload"
+    );
+
+    stats.record(1, 100.0);
+    let before = build();
+    assert!(split(&before).engaged, "100 served and two sampled targets");
+    let after = build();
+    assert!(split(&after).engaged, "engaged at once after the rebuild");
+    let counts = serve(&after, &stats, &[Some(300.0), Some(100.0)], 20, &|_| true);
+    assert!(counts[1] >= 18, "the blend routes at once: {counts:?}");
 }
 
 #[test]
@@ -469,6 +500,7 @@ fn eligibility_is_honoured_in_every_mode() {
         match lb.pick_eligible(&ctx, &loads, &eligible) {
             Some(i) => {
                 assert!(eligible(i), "pick {k}: {i} under mask {mask:05b}");
+                stats.dispatch(i);
                 if let Some(ms) = answers[i] {
                     stats.record(i, ms);
                 }
