@@ -32,12 +32,14 @@ ui-test: ui
 demo: deps ui
 	$(CARGO) run --release --locked -- demo
 
-# Unit, property and end-to-end tests (the dashboard's included), then
+# The vendored Pingora patch against its published source (patches/README.md),
+# unit, property and end-to-end tests (the dashboard's included), then
 # lints, then every fuzz target for FUZZ_SECONDS (15) each. CI runs exactly
 # this. docker/install-check-tools brings the validators tests/docs.rs runs
 # on docker/ (compose, promtool, Kubernetes schemas).
 test: deps
 	docker/install-check-tools
+	scripts/check-patches
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) --no-print-directory ui-test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \

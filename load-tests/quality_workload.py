@@ -124,5 +124,5 @@ def build_workload(s: Settings) -> Workload:
 
 
 def expected_answer(tokens: int) -> str:
-    """The fake engine's deterministic output (src/fake_llm/model.rs)."""
+    """The fake engine's deterministic output (crates/rolter-fake-llm/src/model.rs)."""
     return " ".join(f"tok{i}" for i in range(tokens))

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use record::AccessRecord;
-pub use writer::{AccessLogWriter, SERVICE_NAME};
+pub use writer::{AccessLogWriter, SettingsSource, SERVICE_NAME};
 
 use crate::metrics::{AccessLogDrop, Metrics};
 

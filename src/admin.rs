@@ -1,11 +1,18 @@
-//! The admin service, on its own listener: health, readiness, metrics,
-//! reload and balancer introspection.
+//! The admin surface, on its own listener: health, readiness, metrics
+//! (`scrape.rs`), reload and balancer introspection here; the control API
+//! and the fleet's `/internal/*` endpoints (`control.rs`, `api/`); the
+//! dashboard's static files (`ui.rs`).
 //!
 //! `/healthz`, `/readyz` and `/metrics` are open (probes and scrapers carry no
 //! secrets); everything under `/admin/` needs an admin token as
 //! `Authorization: Bearer`, with the role each endpoint names. `/ui/` is the
-//! dashboard's static files on standalone and control nodes (`ui.rs`); they
-//! hold no data, the app signs in against the APIs.
+//! dashboard's static files on standalone and control nodes; they hold no
+//! data, the app signs in against the APIs.
+
+pub mod api;
+mod control;
+mod scrape;
+pub mod ui;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,7 +32,7 @@ use crate::listening::ProxyListening;
 use crate::reload::Reloader;
 use crate::state::GatewayState;
 use crate::tracker::TargetLoad;
-use crate::ui::UiFiles;
+use ui::UiFiles;
 
 pub struct AdminApp {
     state: Arc<GatewayState>,
@@ -379,7 +386,7 @@ impl EngineSources {
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         if let Some((status, body)) =
-            crate::control::http::serve(&self.state, self.reloader.control(), session).await
+            control::serve(&self.state, self.reloader.control(), session).await
         {
             return respond(status, "application/json", body);
         }
@@ -409,10 +416,12 @@ impl ServeHttp for AdminApp {
             (&Method::GET, "/metrics") => respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                self.state
-                    .metrics
-                    .render(&self.state.learned, &self.state.snapshot())
-                    .into_bytes(),
+                scrape::scrape(
+                    &self.state.metrics,
+                    &self.state.learned,
+                    &self.state.snapshot(),
+                )
+                .into_bytes(),
             ),
             (&Method::POST, "/admin/reload") => match self.refusal(session, AdminRole::Admin) {
                 None => self.reload().await,
@@ -451,7 +460,7 @@ impl AdminApp {
     /// The dashboard under `/ui/`, on the nodes that serve it.
     async fn dashboard(&self, method: &Method, path: &str) -> Response<Vec<u8>> {
         match self.state.snapshot().config.server.role {
-            crate::config::Role::Gateway => crate::ui::not_served_here(),
+            crate::config::Role::Gateway => ui::not_served_here(),
             _ => self.ui.serve(method, path).await,
         }
     }

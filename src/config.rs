@@ -11,7 +11,7 @@
 //! internal token read from them, and only digests of caller keys and admin
 //! tokens ([`SecretDigest`]; `secret.rs` says how generated keys are salted).
 //!
-//! A fleet (spec/product.md, "Processes and roles") reuses all of this. A
+//! A fleet (docs/design/README.md, "Processes and roles") reuses all of this. A
 //! control node serves its gateways the fleet's configuration as JSON of the
 //! same [`file::ConfigFile`] type; a gateway merges it with its own file
 //! ([`merge_fleet_document`]) and validates the result with
@@ -278,7 +278,7 @@ pub struct Provider {
 }
 
 /// `[providers.kv_events]`: where a vLLM engine publishes its KV-cache
-/// events (spec/wire-formats.md). rolter connects a SUB socket to each
+/// events (docs/design/wire-formats.md). rolter connects a SUB socket to each
 /// rank's endpoint, and a DEALER to its replay endpoint to fill gaps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEvents {
@@ -333,7 +333,7 @@ fn shift_port(endpoint: &str, offset: u16) -> String {
 }
 
 /// `[providers.lmcache]`: an occupancy signal polled in the background for
-/// `lmcache_aware` (spec/wire-formats.md).
+/// `lmcache_aware` (docs/design/wire-formats.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lmcache {
     /// `http://` or `https://` URL with a host; path and query allowed.
@@ -534,7 +534,7 @@ pub struct Timeouts {
 /// `[health]`: an active probe per provider (`GET` of its `health_path`).
 /// A provider is down after `unhealthy_after` failed probes in a row and up
 /// again after `healthy_after` successes in a row; one not yet probed counts
-/// as healthy. [`Health::default`] is decisions.md's defaults.
+/// as healthy. [`Health::default`] is the defaults of docs/design/defaults.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Health {
     /// `false`: nothing is probed and every provider counts as healthy.
@@ -566,7 +566,7 @@ impl Default for Health {
 /// `failure_threshold` consecutive failed requests; open, it refuses the
 /// target for `open`; then half-open, it admits exactly one probe request,
 /// whose success closes it and whose failure re-opens it.
-/// [`Breaker::default`] is decisions.md's defaults.
+/// [`Breaker::default`] is the defaults of docs/design/defaults.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Breaker {
     /// `false`: breakers never open.
@@ -589,7 +589,7 @@ impl Default for Breaker {
 
 /// `[parking]`: a target that answered 429, 408 or 5xx, or failed to
 /// connect, is parked for `base` or the `Retry-After` it sent, capped at
-/// `max`; parking only ever extends. [`Parking::default`] is decisions.md's
+/// `max`; parking only ever extends. [`Parking::default`] is docs/design/defaults.md's
 /// defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parking {

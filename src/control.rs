@@ -1,14 +1,10 @@
-//! The control plane: fleet mode.
-//!
-//! A control node keeps the fleet's configuration in PostgreSQL (`store`),
-//! serves the control API (`api`) and publishes the fleet document
-//! (`node`); gateway nodes poll it (`poller`) and push adaptive-routing
-//! telemetry (`telemetry`). `http` is the HTTP surface on the admin listener.
+//! The control plane's server side: a control node keeps the fleet's
+//! configuration in PostgreSQL (`store`, the only user of sqlx, with
+//! `migrations/`) and publishes it as the fleet document (`node`); `service`
+//! is its background work. What gateways do against it (poll the document,
+//! push telemetry) is in `fleet`; its HTTP surface on the admin listener
+//! (the control API, `/internal/*`) is in `admin`.
 
-pub mod api;
-pub mod http;
 pub mod node;
-pub mod poller;
 pub mod service;
 pub mod store;
-pub mod telemetry;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use pingora::server::configuration::ServerConf;
 
 use crate::config;
-use crate::fake_llm::{self, FakeLlmArgs};
+use rolter_fake_llm::{self as fake_llm, FakeLlmArgs};
 
 const DEMO_CONFIG: &str = include_str!("../conf/demo.toml");
 /// The admin token of the demo when `ROLTER_ADMIN_TOKEN` is not set.

@@ -15,11 +15,14 @@
 
 mod checker;
 
-pub use checker::HealthChecker;
+pub use checker::{HealthChecker, PlanSource, ProbePlan};
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use http::HeaderValue;
 
 /// Health settings (`[health]`), in the units the checker uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +48,33 @@ pub enum ProbeOutcome {
     Misconfigured {
         status: u16,
     },
+}
+
+impl ProbeOutcome {
+    /// A fixed label value for `rolter_health_probes_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProbeOutcome::Up => "up",
+            ProbeOutcome::Busy => "busy",
+            ProbeOutcome::Down => "down",
+            ProbeOutcome::Misconfigured { .. } => "misconfigured",
+        }
+    }
+}
+
+/// One provider as the checker probes it.
+#[derive(Debug)]
+pub struct ProbeTarget {
+    pub slug: String,
+    pub addr: SocketAddr,
+    pub tls: bool,
+    /// `Host` header and TLS server name.
+    pub host: String,
+    /// The probe's path: the base URL's prefix and `health_path`.
+    pub path: String,
+    /// `Bearer <key>`, the provider's key.
+    pub authorization: Option<HeaderValue>,
+    pub health: Arc<ProviderHealth>,
 }
 
 /// A change of a provider's health, for logs and metrics.

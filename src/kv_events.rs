@@ -2,7 +2,7 @@
 //! `precise_cache_aware` strategy.
 //!
 //! vLLM publishes a `BlockStored` / `BlockRemoved` / `AllBlocksCleared`
-//! event stream over ZeroMQ (wire-formats.md). For every provider with
+//! event stream over ZeroMQ (docs/design/wire-formats.md). For every provider with
 //! `[providers.kv_events]`, the "kv events" background service
 //! (`service.rs`) runs one subscriber per data-parallel rank
 //! (`subscriber.rs`): a SUB socket on the rank's stream, sequence tracking

@@ -12,7 +12,7 @@
 
 mod poller;
 
-pub use poller::OccupancyPoller;
+pub use poller::{OccupancyPoller, SignalSource};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,7 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
-use rolter::{config, control, demo, fake_llm, serve};
+use rolter::{config, control, demo, serve};
+use rolter_fake_llm as fake_llm;
 
 #[derive(Parser)]
 #[command(

@@ -11,15 +11,13 @@ use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-use rolter_balancer::StrategyKind;
 
 mod telemetry;
 
 use telemetry::TelemetryMetrics;
 
-use crate::health::ProbeOutcome;
-use crate::snapshot::Snapshot;
-use crate::state::Learned;
+use crate::kv_events::KvIndexSummary;
+use crate::lmcache::OccupancySummary;
 use crate::tracker::{BreakerState, FailureReason};
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
@@ -48,6 +46,7 @@ pub struct Metrics {
     addressed_routes: IntGauge,
     addressed_evictions: IntCounter,
     health_panics: IntCounterVec,
+    ineligible: IntCounterVec,
     probe_misconfigured: IntGaugeVec,
     requests: IntCounterVec,
     upstream_latency: HistogramVec,
@@ -278,6 +277,11 @@ impl Metrics {
             "Requests routed across targets active health checks had all marked down (Envoy's panic mode).",
             &["route"],
         );
+        let ineligible = counter_vec(
+            "rolter_ineligible_targets_total",
+            "Targets left out of a request that found no eligible target (503), by why: tried, not_allowed, unhealthy, parked, breaker_open.",
+            &["route", "reason"],
+        );
         let probe_misconfigured = gauge_vec(
             "rolter_health_probe_misconfigured",
             "1 while the provider answers its health probe with 404 or 405: the probe path is wrong, the engine is not judged by it.",
@@ -288,6 +292,7 @@ impl Metrics {
             Box::new(addressed_routes.clone()),
             Box::new(addressed_evictions.clone()),
             Box::new(health_panics.clone()),
+            Box::new(ineligible.clone()),
             Box::new(probe_misconfigured.clone()),
             Box::new(upstream_latency.clone()),
             Box::new(time_to_first_byte.clone()),
@@ -320,6 +325,7 @@ impl Metrics {
             addressed_routes,
             addressed_evictions,
             health_panics,
+            ineligible,
             probe_misconfigured,
             requests,
             upstream_latency,
@@ -396,6 +402,14 @@ impl Metrics {
         self.health_panics.with_label_values(&[route]).inc();
     }
 
+    /// `count` targets of `route` left out for `reason` when a request
+    /// found no eligible target.
+    pub fn record_ineligible(&self, route: &str, reason: &str, count: usize) {
+        self.ineligible
+            .with_label_values(&[route, reason])
+            .inc_by(count as u64);
+    }
+
     pub fn set_probe_misconfigured(&self, provider: &str, misconfigured: bool) {
         self.probe_misconfigured
             .with_label_values(&[provider])
@@ -421,15 +435,10 @@ impl Metrics {
             .set(i64::from(healthy));
     }
 
-    pub fn record_probe(&self, provider: &str, outcome: ProbeOutcome, _healthy: bool) {
-        let label = match outcome {
-            ProbeOutcome::Up => "up",
-            ProbeOutcome::Busy => "busy",
-            ProbeOutcome::Down => "down",
-            ProbeOutcome::Misconfigured { .. } => "misconfigured",
-        };
+    /// A health probe of `provider` and its outcome's label.
+    pub fn record_probe(&self, provider: &str, outcome: &str) {
         self.health_probes
-            .with_label_values(&[provider, label])
+            .with_label_values(&[provider, outcome])
             .inc();
     }
 
@@ -493,14 +502,15 @@ impl Metrics {
         self.config_version.set(version as i64);
     }
 
-    /// Prometheus text exposition, with the gauges read at scrape time from
-    /// the tracker (in flight) and the snapshot's balancers (adaptive scores).
-    pub fn render(&self, learned: &Learned, snapshot: &Snapshot) -> String {
-        let now = crate::clock::now_ms();
-        self.telemetry
-            .sync(&learned.kv.summaries(), &learned.occupancy.summaries(now));
-        let entries = learned.tracker.entries();
-        let labels: HashSet<String> = entries.iter().map(|(id, _)| id.to_string()).collect();
+    /// The KV-index and LMCache gauges, from their current summaries.
+    pub fn sync_telemetry(&self, kv: &[KvIndexSummary], occupancy: &[(String, OccupancySummary)]) {
+        self.telemetry.sync(kv, occupancy);
+    }
+
+    /// The per-target gauges (in flight, breaker, parked) of every tracked
+    /// target; the series of a target no longer tracked are removed.
+    pub fn set_target_gauges(&self, targets: &[TargetGauges]) {
+        let labels: HashSet<String> = targets.iter().map(|t| t.label.clone()).collect();
         {
             let mut previous = self.target_gauges.lock().unwrap_or_else(|e| e.into_inner());
             for gone in previous.difference(&labels) {
@@ -511,49 +521,47 @@ impl Metrics {
             }
             *previous = labels;
         }
-        for (id, stats) in entries {
-            let label = id.to_string();
+        for target in targets {
+            let label = [target.label.as_str()];
             self.in_flight
-                .with_label_values(&[&label])
-                .set(stats.in_flight() as i64);
-            let state = match stats.breaker.state() {
+                .with_label_values(&label)
+                .set(target.in_flight as i64);
+            let state = match target.breaker {
                 BreakerState::Closed => 0,
                 BreakerState::Open => 1,
                 BreakerState::HalfOpen => 2,
             };
-            self.breaker_state.with_label_values(&[&label]).set(state);
+            self.breaker_state.with_label_values(&label).set(state);
             self.parked
-                .with_label_values(&[&label])
-                .set(i64::from(stats.parking.is_parked(now)));
+                .with_label_values(&label)
+                .set(i64::from(target.parked));
         }
-        for provider in snapshot.providers() {
-            self.set_provider_healthy(&provider.slug, provider.health.is_healthy());
-            self.set_probe_misconfigured(
-                &provider.slug,
-                provider.health.probe_misconfigured().is_some(),
-            );
-        }
-        self.set_addressed_routes(snapshot.addressed_routes());
-        for route in snapshot
-            .routes()
-            .iter()
-            .filter(|r| r.strategy == StrategyKind::Adaptive)
-        {
-            let report = route.balancer.report();
-            for (target, entry) in route.targets.iter().zip(&report.targets) {
-                if let Some(score) = entry.score {
-                    self.adaptive_score
-                        .with_label_values(&[&route.model, &target.label])
-                        .set(score);
-                }
-            }
-        }
+    }
+
+    /// The blended score `adaptive` last ranked `target` of `route` by.
+    pub fn set_adaptive_score(&self, route: &str, target: &str, score: f64) {
+        self.adaptive_score
+            .with_label_values(&[route, target])
+            .set(score);
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             log::error!("encoding metrics failed: {e}");
         }
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// One tracked target's gauges at scrape time.
+#[derive(Clone, Debug)]
+pub struct TargetGauges {
+    pub label: String,
+    pub in_flight: u64,
+    pub breaker: BreakerState,
+    pub parked: bool,
 }
 
 impl Default for Metrics {
@@ -578,7 +586,6 @@ fn status_label(status: u16, buf: &mut [u8; 3]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracker::TargetId;
 
     #[test]
     fn status_label_is_three_digits() {
@@ -589,18 +596,21 @@ mod tests {
     }
 
     #[test]
-    fn render_reports_requests_and_in_flight() {
-        let metrics = std::sync::Arc::new(Metrics::new());
-        let learned = Learned::default();
-        let config = crate::config::parse("t.toml", "", &|_| None).unwrap();
-        let snapshot = Snapshot::build(config, 1, &learned, &metrics).unwrap();
-        let stats = learned.tracker.stats(&TargetId::new("gpu-a", "m"));
-        let _guard = stats.begin();
-        metrics.record_request("chat", "gpu-a/m", 200);
-        let text = metrics.render(&learned, &snapshot);
-        assert!(
-            text.contains(r#"rolter_requests_total{route="chat",status="200",target="gpu-a/m"} 1"#)
-        );
-        assert!(text.contains(r#"rolter_target_in_flight{target="gpu-a/m"} 1"#));
+    fn target_gauges_of_targets_no_longer_tracked_leave_the_exposition() {
+        let metrics = Metrics::new();
+        let gauges = |label: &str| TargetGauges {
+            label: label.to_string(),
+            in_flight: 1,
+            breaker: BreakerState::Open,
+            parked: true,
+        };
+        metrics.set_target_gauges(&[gauges("gpu-a/m"), gauges("gpu-b/m")]);
+        let text = metrics.encode();
+        assert!(text.contains(r#"rolter_target_in_flight{target="gpu-b/m"} 1"#));
+        assert!(text.contains(r#"rolter_breaker_state{target="gpu-b/m"} 1"#));
+        metrics.set_target_gauges(&[gauges("gpu-a/m")]);
+        let text = metrics.encode();
+        assert!(text.contains(r#"rolter_target_parked{target="gpu-a/m"} 1"#));
+        assert!(!text.contains("gpu-b/m"), "{text}");
     }
 }

@@ -1,14 +1,16 @@
 //! The OpenAI-aware reverse proxy: Pingora's `ProxyHttp` for rolter.
 //!
 //! Phases, in Pingora's order:
-//! - `request_filter`: answer what the gateway owns (`/v1/models`, errors),
-//!   authenticate, read and parse the body, resolve the route.
-//! - `upstream_peer` (once per attempt): pick an eligible target with the
-//!   route's balancer, take its in-flight slot.
+//! - `request_filter`: answer what the gateway owns (`/v1/models`, errors);
+//!   admit the request (`admission.rs`): its header, key, body, address.
+//! - `upstream_peer` (once per attempt): pick an eligible target
+//!   (`eligibility.rs`) with the route's balancer (`select.rs`), take its
+//!   in-flight slot.
 //! - `upstream_request_filter` / `request_body_filter`: address the provider,
 //!   rewrite `model`, hand over the body.
 //! - `upstream_response_filter`: a 5xx or 429 before anything reached the
 //!   client becomes a retry on another target while one is left.
+//! - `upstream_response_body_filter`: a successful attempt's latency sample.
 //! - `fail_to_connect` / `error_while_proxy`: decide retries (never after the
 //!   first byte reached the client).
 //! - `logging`: metrics and the access log; dropping the context releases
@@ -18,8 +20,10 @@
 //! told who the client is (`forwarding.rs`).
 
 mod access;
+mod admission;
 mod body;
 mod ctx;
+mod eligibility;
 mod forwarding;
 mod outcome;
 mod request_id;
@@ -39,18 +43,19 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use smallvec::SmallVec;
 
+use crate::snapshot;
+
 pub use ctx::RequestCtx;
 pub use forwarding::ClientOrigin;
 pub use request_id::REQUEST_ID_HEADER;
 
-use outcome::{attempt_failed, attempt_succeeded, BreakerTicket, Failure};
+use admission::Next;
+use ctx::Attempt;
+use outcome::{attempt_failed, attempt_succeeded, Failure};
 
-use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
-use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
-use crate::snapshot::{Refusal, Snapshot};
 use crate::state::GatewayState;
-use crate::tracker::{parse_retry_after, FailureReason};
+use crate::tracker::{parse_retry_after, BreakerTicket, FailureReason};
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -68,149 +73,39 @@ impl Gateway {
         Self { state }
     }
 
-    /// Everything before routing; `Err` is answered to the client as is.
-    async fn admit(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        snapshot: &Arc<Snapshot>,
-    ) -> Result<Option<Endpoint>, GatewayError> {
-        // The header is in: its read deadline (`server.header_read_timeout_secs`) stops.
-        crate::downstream::request_header_complete();
-        let server = &snapshot.config.server;
-        // nginx's `send_timeout`: a client that accepts no byte for this
-        // long is disconnected, and with it the engine's generation.
-        session.set_write_timeout(Some(server.send_timeout));
-        let request = session.req_header();
-        let header_bytes = request_header_bytes(request);
-        if header_bytes > server.max_request_header_bytes {
-            return Err(GatewayError::HeaderTooLarge {
-                size: header_bytes,
-                limit: server.max_request_header_bytes,
-            });
-        }
-        let path = request.uri.path();
-        let Some(endpoint) = Endpoint::from_path(path) else {
-            return Err(GatewayError::UnknownEndpoint {
-                method: request.method.to_string(),
-                path: path.to_string(),
-            });
-        };
-        if request.method != endpoint.method() {
-            return Err(GatewayError::MethodNotAllowed {
-                method: request.method.to_string(),
-                path: path.to_string(),
-                allowed: endpoint.method_name(),
-            });
-        }
-        let caller = authenticate(session, snapshot)?;
-        // Known from here on, also to the access log of a refused request.
-        ctx.caller = Some(Arc::clone(&caller));
-        if endpoint == Endpoint::Models {
-            respond::models(session, snapshot, &caller, !self.state.is_draining()).await;
-            return Ok(None);
-        }
-        // Before the body is read: a limited caller costs no body read.
-        if let Some(limits) = caller.limits() {
-            match limits.admit(crate::clock::now_ms()) {
-                Ok(slot) => ctx.key_slot = Some(slot),
-                Err(limited) => {
-                    self.state
-                        .metrics
-                        .record_rate_limited(&caller.name, limited.label());
-                    return Err(GatewayError::limited(&caller.name, limited));
-                }
-            }
-        }
-
-        let token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
-            Some(value) => Some(parse_token_ids(value.as_bytes())?),
-            None => None,
-        };
-        body::check_content_type(session)?;
-        let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
-        let parsed = parse_request(endpoint, &body)?;
-        ctx.model = parsed.model.clone();
-        // The key is checked on what the name addresses before anything is
-        // built for it: an address the caller may not use creates no state.
-        let Some(address) = snapshot.address(&parsed.model) else {
-            return Err(GatewayError::UnknownModel {
-                model: parsed.model,
-            });
-        };
-        match address.admits(&caller) {
-            Ok(()) => {}
-            Err(Refusal::Model) => {
-                return Err(GatewayError::ModelNotAllowed {
-                    key: caller.name.clone(),
-                    model: parsed.model,
-                })
-            }
-            Err(Refusal::Provider) => {
-                return Err(GatewayError::NoAllowedProvider {
-                    key: caller.name.clone(),
-                    model: parsed.model,
-                })
-            }
-        }
-        let route = snapshot.route(&address, crate::clock::now_ms());
-
-        ctx.session_key = session
-            .req_header()
-            .headers
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string);
-        ctx.token_ids = token_ids.or(parsed.token_ids);
-        ctx.adapter = route.adapter.clone();
-        ctx.route = Some(route);
-        ctx.body = body;
-        ctx.model_span = parsed.model_span;
-        ctx.prompt = parsed.prompt;
-        ctx.prompt_len = parsed.prompt_len;
-        ctx.prompt_digest = parsed.prompt_digest;
-        Ok(Some(endpoint))
-    }
-
     fn record_retry(&self, ctx: &RequestCtx, reason: FailureReason) {
-        if let Some(route) = ctx.route.as_deref() {
+        if let Some(route) = ctx.route() {
             self.state
                 .metrics
                 .record_retry(&route.metrics.label, reason);
         }
     }
-}
 
-fn authenticate(session: &Session, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
-    let token = session
-        .req_header()
-        .headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| bearer_token(v.as_bytes()));
-    let caller = token.and_then(|t| snapshot.api_keys.authenticate(t));
-    match (caller, snapshot.limits.require_api_key) {
-        (Some(caller), _) => Ok(caller),
-        (None, false) => Ok(Caller::anonymous()),
-        (None, true) if token.is_none() => Err(GatewayError::MissingApiKey),
-        (None, true) => Err(GatewayError::InvalidApiKey),
+    /// The error for a request that found no target: the last failure if an
+    /// attempt was made, else why none was eligible (counted per reason).
+    fn unroutable(&self, ctx: &RequestCtx, route: &snapshot::Route, now_ms: u64) -> GatewayError {
+        if let Some(last) = ctx.last_failure.clone() {
+            return GatewayError::UpstreamFailed {
+                model: route.model.clone(),
+                last,
+            };
+        }
+        let why = ctx.eligibility(route, now_ms).why_none();
+        for (reason, count) in why.counts() {
+            self.state
+                .metrics
+                .record_ineligible(&route.metrics.label, reason, count);
+        }
+        GatewayError::NoEligibleTarget {
+            model: route.model.clone(),
+            reason: why.to_string(),
+        }
     }
 }
 
 /// nginx's status for a request whose client closed the connection before
 /// any response.
 const CLIENT_CLOSED_REQUEST: u16 = 499;
-
-/// The size of a request header as it came on the wire (HTTP/1): request
-/// line and every field line, CRLFs included. For HTTP/2 the same sum over
-/// the decoded fields, so one limit means the same on both.
-fn request_header_bytes(request: &RequestHeader) -> usize {
-    // "METHOD SP path SP HTTP/1.1 CRLF", then "name: value CRLF" per field.
-    let line = request.method.as_str().len() + request.raw_path().len() + 11;
-    request.headers.iter().fold(line, |sum, (name, value)| {
-        sum + name.as_str().len() + value.len() + 4
-    })
-}
 
 /// Whether a `Content-Type` is `text/event-stream` (parameters ignored).
 fn is_event_stream(value: &[u8]) -> bool {
@@ -226,27 +121,40 @@ fn error_with(etype: ErrorType, context: String, retry: bool) -> Box<Error> {
     e
 }
 
+/// The one error the types cannot rule out: Pingora calls the upstream
+/// phases only after `request_filter` let the request through, so a
+/// request without a route or attempt there is a bug, answered with 500.
+fn not_admitted(phase: &str) -> Box<Error> {
+    Error::explain(
+        ErrorType::InternalError,
+        format!("{phase} without an admitted request"),
+    )
+}
+
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx {
-            active: Some(self.state.begin_request()),
-            ..RequestCtx::default()
-        }
+        RequestCtx::new(self.state.begin_request(), self.state.snapshot())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx.received = Some(Instant::now());
-        let snapshot = self.state.snapshot();
+        // The header is in: its read deadline (`server.header_read_timeout_secs`) stops.
+        crate::downstream::request_header_complete();
+        let server = &ctx.snapshot.config.server;
+        // nginx's `send_timeout`: a client that accepts no byte for this
+        // long is disconnected, and with it the engine's generation.
+        session.set_write_timeout(Some(server.send_timeout));
         ctx.request_id = Some(request_id::ensure(session));
-        ctx.origin = Some(ClientOrigin::of(session, &snapshot.config.server));
-        let admitted = self.admit(session, ctx, &snapshot).await;
-        ctx.snapshot = Some(snapshot);
-        match admitted {
-            Ok(Some(_)) => Ok(false),
-            Ok(None) => Ok(true),
+        ctx.origin = Some(ClientOrigin::of(session, server));
+        match admission::admit(session, ctx, &self.state.metrics).await {
+            Ok(Next::Route) => Ok(false),
+            Ok(Next::ListModels(caller)) => {
+                let keepalive = !self.state.is_draining();
+                respond::models(session, &ctx.snapshot, &caller, keepalive).await;
+                Ok(true)
+            }
             Err(error) => {
                 respond::error(session, &error).await;
                 ctx.error = Some(error);
@@ -261,54 +169,26 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         // A retry starts here: the previous attempt's slot and state go.
-        ctx.attempt = Default::default();
-        let route = ctx
-            .route
-            .clone()
-            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route in context"))?;
-
-        ctx.now_ms = crate::clock::now_ms();
-        ctx.attempt.ignore_health = select::health_panic(&route, ctx);
+        ctx.attempt = None;
+        let Some(admitted) = &ctx.admitted else {
+            return Err(not_admitted("upstream_peer"));
+        };
+        let route = Arc::clone(&admitted.route);
+        let now_ms = crate::clock::now_ms();
         let loads: SmallVec<[u64; 16]> =
             route.targets.iter().map(|t| t.stats.in_flight()).collect();
-        let breaker_policy = ctx
-            .snapshot
-            .as_ref()
-            .map(|s| s.limits.breaker)
-            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no snapshot in context"))?;
-        // A pick is confirmed by the target's breaker; when a half-open probe
-        // slot went to another request in the meantime, pick again without it
-        // (at most once per target). A refused target was not tried: the
-        // final error names its breaker, and it stays eligible for retries.
-        let mut admitted = None;
-        for _ in 0..route.targets.len() {
-            let Some(index) = select::pick(&route, ctx, &loads) else {
-                break;
-            };
-            match route.targets[index]
-                .stats
-                .breaker
-                .try_admit(ctx.now_ms, &breaker_policy)
-            {
-                Some(admission) => {
-                    admitted = Some((index, admission));
-                    break;
-                }
-                None => ctx.attempt.refused.insert(index),
-            }
-        }
-
-        let Some((index, admission)) = admitted else {
-            let error = match ctx.last_failure.take() {
-                Some(last) => GatewayError::UpstreamFailed {
-                    model: route.model.clone(),
-                    last,
-                },
-                None => GatewayError::NoEligibleTarget {
-                    model: route.model.clone(),
-                    reason: select::why_none(&route, ctx),
-                },
-            };
+        let mut rule = ctx.eligibility(&route, now_ms);
+        eligibility::note_health_panic(&route, rule.health_panic());
+        let picked = select::admitted_pick(
+            &route,
+            &mut rule,
+            &admitted.route_context(now_ms),
+            &loads,
+            &ctx.snapshot.limits.breaker,
+        );
+        let health_panic = rule.health_panic();
+        let Some((index, admission)) = picked else {
+            let error = self.unroutable(ctx, &route, now_ms);
             let e = error_with(
                 ErrorType::HTTPStatus(error.status()),
                 error.to_string(),
@@ -321,22 +201,27 @@ impl ProxyHttp for Gateway {
         let target = &route.targets[index];
         target.stats.record_pick();
         route.metrics.picks.inc();
-        if ctx.attempt.ignore_health {
+        if health_panic {
             self.state.metrics.record_health_panic(&route.metrics.label);
         }
+        let rewrite = (target.id.model != admitted.request.model).then_some(&target.model_json[..]);
+        let body = body::attempt_body(&admitted.body, &admitted.request.model_span, rewrite);
         ctx.tried.insert(index);
         ctx.attempts += 1;
-        let rewrite = (target.id.model != ctx.model).then_some(&target.model_json[..]);
-        ctx.attempt = ctx::Attempt {
-            target: Some(index),
-            started: Some(Instant::now()),
+        ctx.attempt = Some(Attempt {
+            target: index,
+            started: Instant::now(),
+            now_ms,
             queue_depth: loads[index],
             in_flight: Some(target.stats.begin()),
-            breaker: Some(BreakerTicket::new(Arc::clone(&target.stats), admission)),
-            body: body::attempt_body(&ctx.body, &ctx.model_span, rewrite),
-            ignore_health: ctx.attempt.ignore_health,
-            ..Default::default()
-        };
+            breaker: BreakerTicket::new(Arc::clone(&target.stats.breaker), admission),
+            body,
+            status: None,
+            failed_over_status: false,
+            teaches: false,
+            streaming: false,
+            first_byte: None,
+        });
         Ok(target.peer())
     }
 
@@ -346,11 +231,8 @@ impl ProxyHttp for Gateway {
         upstream: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let Some((_, target)) = ctx.current_target() else {
-            return Err(Error::explain(
-                ErrorType::InternalError,
-                "no target in context",
-            ));
+        let Some((_, target, attempt)) = ctx.current() else {
+            return Err(not_admitted("upstream_request_filter"));
         };
         let provider = &target.provider;
         // First, so that a `Connection` naming a header the gateway sets
@@ -377,7 +259,7 @@ impl ProxyHttp for Gateway {
                 upstream.remove_header(&header::AUTHORIZATION);
             }
         }
-        upstream.insert_header(header::CONTENT_LENGTH, ctx.attempt.body.len())?;
+        upstream.insert_header(header::CONTENT_LENGTH, attempt.body.len())?;
         Ok(())
     }
 
@@ -390,11 +272,10 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         // The client's body was read whole in `request_filter`; every attempt
         // gets its own (rewritten) copy at the end of the (empty) stream.
-        if end_of_stream {
-            *body = Some(ctx.attempt.body.clone());
-        } else {
-            *body = Some(Bytes::new());
-        }
+        *body = Some(match (&ctx.attempt, end_of_stream) {
+            (Some(attempt), true) => attempt.body.clone(),
+            _ => Bytes::new(),
+        });
         Ok(())
     }
 
@@ -408,15 +289,16 @@ impl ProxyHttp for Gateway {
         if upstream.status.is_informational() {
             return Ok(());
         }
-        ctx.attempt.status = Some(status);
-        let Some((route, target)) = ctx.current_target() else {
+        let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
             return Ok(());
         };
-        let elapsed = ctx.attempt.started.map(|s| s.elapsed()).unwrap_or_default();
+        attempt.status = Some(status);
+        let route = &admitted.route;
+        let target = &route.targets[attempt.target];
         target
             .metrics
             .time_to_first_byte
-            .observe(elapsed.as_secs_f64());
+            .observe(attempt.started.elapsed().as_secs_f64());
         if status >= 500 || status == 429 || status == 408 {
             let retry_after = upstream
                 .headers
@@ -431,9 +313,11 @@ impl ProxyHttp for Gateway {
                 },
             );
             // 408 is the engine timing out the request itself: not retried
-            // (decisions.md), the client gets the engine's answer.
+            // (docs/design/defaults.md, "Gateway"), the client gets the engine's answer.
             if status != 408 && ctx.can_fail_over() {
-                ctx.attempt.failed_over_status = true;
+                if let Some(attempt) = ctx.attempt.as_mut() {
+                    attempt.failed_over_status = true;
+                }
                 return Err(error_with(
                     ErrorType::HTTPStatus(status),
                     format!("upstream answered {status}"),
@@ -445,14 +329,12 @@ impl ProxyHttp for Gateway {
         if status < 400 {
             route
                 .balancer
-                .observe(ctx.attempt.target.unwrap_or(0), &ctx.route_context());
+                .observe(attempt.target, &admitted.route_context(attempt.now_ms));
             // Served: an addressed route is worth keeping from here on.
-            if let Some(snapshot) = &ctx.snapshot {
-                snapshot.keep(route, ctx.now_ms);
-            }
+            ctx.snapshot.keep(route, attempt.now_ms);
             // What it teaches is known when the body has come (below).
-            ctx.attempt.teaches = true;
-            ctx.attempt.streaming = upstream
+            attempt.teaches = true;
+            attempt.streaming = upstream
                 .headers
                 .get(header::CONTENT_TYPE)
                 .is_some_and(|v| is_event_stream(v.as_bytes()));
@@ -472,35 +354,33 @@ impl ProxyHttp for Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
-        if !ctx.attempt.teaches {
-            return Ok(None);
-        }
-        let Some(started) = ctx.attempt.started else {
+        let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
             return Ok(None);
         };
-        if ctx.attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty()) {
-            ctx.attempt.first_byte = Some(started.elapsed());
+        if !attempt.teaches {
+            return Ok(None);
+        }
+        if attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty()) {
+            attempt.first_byte = Some(attempt.started.elapsed());
         }
         if end_of_stream {
-            ctx.attempt.teaches = false;
-            let sample = match ctx.attempt.first_byte {
-                Some(first) if ctx.attempt.streaming => first,
-                _ => started.elapsed(),
+            attempt.teaches = false;
+            let sample = match attempt.first_byte {
+                Some(first) if attempt.streaming => first,
+                _ => attempt.started.elapsed(),
             };
-            let routing = ctx.route_context();
-            if let Some((_, target)) = ctx.current_target() {
-                target.stats.record_success(
-                    sample,
-                    ctx.attempt.queue_depth,
-                    routing.prompt_ktokens(),
-                );
-            }
+            let ktokens = admitted.route_context(attempt.now_ms).prompt_ktokens();
+            admitted.route.targets[attempt.target].stats.record_success(
+                sample,
+                attempt.queue_depth,
+                ktokens,
+            );
         }
         Ok(None)
     }
 
     fn upstream_body_read_timeout(&self, ctx: &RequestCtx) -> Option<Duration> {
-        ctx.snapshot.as_ref().map(|s| s.config.timeouts.idle)
+        Some(ctx.snapshot.config.timeouts.idle)
     }
 
     async fn response_filter(
@@ -517,7 +397,7 @@ impl ProxyHttp for Gateway {
         if let Some(id) = &ctx.request_id {
             response.insert_header(REQUEST_ID_HEADER, id.clone())?;
         }
-        if let Some((_, target)) = ctx.current_target() {
+        if let Some(target) = ctx.current_target() {
             response.insert_header(TARGET_HEADER, target.provider_header.clone())?;
             response.insert_header(UPSTREAM_MODEL_HEADER, target.model_header.clone())?;
         }
@@ -549,7 +429,11 @@ impl ProxyHttp for Gateway {
         client_reused: bool,
     ) -> Box<Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        if ctx.attempt.failed_over_status {
+        let (failed_over, status, target) = match &ctx.attempt {
+            Some(a) => (a.failed_over_status, a.status, Some(a.target)),
+            None => (false, None, None),
+        };
+        if failed_over {
             // Already counted and decided in `upstream_response_filter`.
             self.record_retry(ctx, FailureReason::Status);
             e.set_retry(true);
@@ -566,18 +450,14 @@ impl ProxyHttp for Gateway {
         // A pooled connection the engine had closed: not the target's fault,
         // and nothing reached it, so the same target may take the retry.
         e.retry.decide_reuse(client_reused);
-        if client_reused && ctx.attempt.status.is_none() && e.retry() && !ctx.response_started {
-            if let Some(index) = ctx.attempt.target {
+        if client_reused && status.is_none() && e.retry() && !ctx.response_started {
+            if let Some(index) = target {
                 ctx.tried.remove(index);
             }
-            let within_budget = ctx
-                .snapshot
-                .as_ref()
-                .is_some_and(|s| ctx.attempts <= s.limits.max_retries);
-            e.set_retry(within_budget);
+            e.set_retry(ctx.attempts <= ctx.snapshot.limits.max_retries);
             return e;
         }
-        let failure = match (e.etype(), ctx.attempt.status) {
+        let failure = match (e.etype(), status) {
             (ErrorType::ReadTimedout, None) => Failure::FirstByteTimeout,
             (ErrorType::ReadTimedout, Some(_)) => Failure::IdleTimeout,
             _ => Failure::Stream(e.to_string()),
@@ -611,7 +491,7 @@ impl ProxyHttp for Gateway {
             .error
             .take()
             .unwrap_or_else(|| GatewayError::UpstreamFailed {
-                model: ctx.model.clone(),
+                model: ctx.route().map_or_else(String::new, |r| r.model.clone()),
                 last: ctx.last_failure.clone().unwrap_or_else(|| e.to_string()),
             });
         let code = if ctx.response_started {
@@ -650,16 +530,13 @@ impl ProxyHttp for Gateway {
         } else {
             written
         };
-        let route = ctx
-            .route
-            .as_deref()
-            .map_or("-", |r| r.metrics.label.as_str());
-        let target = ctx.current_target().map_or("-", |(_, t)| &*t.metrics.label);
+        let route = ctx.route().map_or("-", |r| r.metrics.label.as_str());
+        let target = ctx.current_target().map_or("-", |t| &*t.metrics.label);
         self.state.metrics.record_request(route, target, status);
-        if let (Some((_, t)), Some(started)) = (ctx.current_target(), ctx.attempt.started) {
+        if let Some((_, t, attempt)) = ctx.current() {
             t.metrics
                 .upstream_latency
-                .observe(started.elapsed().as_secs_f64());
+                .observe(attempt.started.elapsed().as_secs_f64());
         }
         if cancelled {
             self.state.metrics.record_client_cancel(route);
@@ -682,6 +559,8 @@ impl ProxyHttp for Gateway {
         }
         // The stream is over: free the target's slot now rather than when
         // Pingora gets round to dropping the context.
-        ctx.attempt.in_flight = None;
+        if let Some(attempt) = ctx.attempt.as_mut() {
+            attempt.in_flight = None;
+        }
     }
 }

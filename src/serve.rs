@@ -22,12 +22,12 @@ use crate::admin::AdminApp;
 use crate::config::Role;
 use crate::config::{self, Config};
 use crate::control::node::ControlNode;
-use crate::control::poller::SnapshotPoller;
 use crate::control::service::ControlPlaneService;
-use crate::control::telemetry::TelemetryPusher;
 use crate::downstream::EdgeApp;
+use crate::fleet::poller::SnapshotPoller;
+use crate::fleet::telemetry::TelemetryPusher;
 use crate::health::HealthChecker;
-use crate::kv_events::{KvEventService, SERVICE_NAME};
+use crate::kv_events::{sources_of, KvEventService, SERVICE_NAME};
 use crate::lmcache::OccupancyPoller;
 use crate::proxy::Gateway;
 use crate::reload::Reloader;
@@ -222,21 +222,55 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
             ));
         }
         Reloader::File(_) => {
+            // Each service reads the running snapshot through a closure, so
+            // none of them depends on the state it is wired to.
+            let running = Arc::clone(&state);
             server.add_service(background_service(
                 "health checks",
-                HealthChecker::new(Arc::clone(&state)),
+                HealthChecker::new(
+                    Box::new(move || running.snapshot().probe_plan()),
+                    Arc::clone(&state.metrics),
+                ),
             ));
+            let running = Arc::clone(&state);
             server.add_service(background_service(
                 SERVICE_NAME,
-                KvEventService::new(Arc::clone(&state), Arc::clone(&state.learned.kv)),
+                KvEventService::with_sources(
+                    Arc::clone(&state.learned.kv),
+                    Box::new(move || {
+                        let snapshot = running.snapshot();
+                        (snapshot.version, sources_of(&snapshot.config))
+                    }),
+                ),
             ));
+            let running = Arc::clone(&state);
             server.add_service(background_service(
                 "lmcache poller",
-                OccupancyPoller::new(Arc::clone(&state)),
+                OccupancyPoller::new(
+                    Box::new(move || {
+                        let snapshot = running.snapshot();
+                        let signals = snapshot
+                            .config
+                            .providers
+                            .iter()
+                            .filter_map(|p| Some((p.slug.clone(), p.lmcache.clone()?)))
+                            .collect();
+                        (snapshot.version, signals)
+                    }),
+                    Arc::clone(&state.learned.occupancy),
+                ),
             ));
+            let running = Arc::clone(&state);
             server.add_service(background_service(
                 crate::access_log::SERVICE_NAME,
-                crate::access_log::AccessLogWriter::new(Arc::clone(&state)),
+                crate::access_log::AccessLogWriter::new(
+                    Arc::clone(&state.access_log),
+                    Box::new(move || {
+                        let server = &running.snapshot().config.server;
+                        (server.access_log.clone(), server.access_log_format)
+                    }),
+                    Arc::clone(&state.metrics),
+                ),
             ));
             server.add_service(background_service(
                 "failure log summary",

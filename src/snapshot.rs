@@ -7,7 +7,7 @@
 //! the shared [`LoadTracker`]. A reload builds a new snapshot and swaps it in
 //! whole (see `state.rs`); requests in flight keep the one they started with.
 //!
-//! Addresses a client may use as `model` (config.md): a route's public model;
+//! Addresses a client may use as `model` (docs/design/configuration.md): a route's public model;
 //! `<group-slug>/<model>`, the members of a provider group; and
 //! `<provider-slug>/<model>`, one provider pinned. The last two have no
 //! configured route. [`Snapshot::address`] says what a name addresses
@@ -36,11 +36,11 @@ pub use route::{Route, RouteKind, Target};
 
 use crate::auth::{AdminTokens, ApiKeys, Caller};
 use crate::config::{Config, GroupMember};
-use crate::health::HealthPolicy;
+use crate::health::{HealthPolicy, ProbePlan, ProbeTarget};
 use crate::kv_events::KvTargetsView;
+use crate::learned::Learned;
 use crate::lmcache::OccupancyTargetsView;
 use crate::metrics::{Metrics, RouteMetrics};
-use crate::state::Learned;
 use crate::tracker::{BreakerPolicy, ParkingPolicy, TargetId, TargetStats, TrackerView};
 use addressed::AddressedRoutes;
 
@@ -184,6 +184,8 @@ pub struct Snapshot {
     /// Routes in file order, for listings.
     route_order: Vec<Arc<Route>>,
     providers: HashMap<String, Arc<Provider>>,
+    /// What the health checker probes (`ProbePlan`).
+    probes: Arc<[ProbeTarget]>,
     groups: HashMap<String, Group>,
     /// Each provider's engine, which pinned addresses use.
     engines: HashMap<String, Engine>,
@@ -392,6 +394,7 @@ impl Snapshot {
             admin_tokens: AdminTokens::new(&config.admin_tokens),
             routes,
             route_order,
+            probes: providers.values().map(|p| p.probe_target()).collect(),
             providers,
             groups,
             engines,
@@ -562,6 +565,15 @@ impl Snapshot {
     /// Routes in configuration order.
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.route_order
+    }
+
+    /// What the health checker probes under this snapshot.
+    pub fn probe_plan(&self) -> ProbePlan {
+        ProbePlan {
+            version: self.version,
+            policy: self.limits.health,
+            targets: Arc::clone(&self.probes),
+        }
     }
 
     /// The provider with `slug`.

@@ -13,14 +13,10 @@ use arc_swap::ArcSwap;
 use crate::access_log::AccessLogQueue;
 use crate::config::file::ConfigFile;
 use crate::config::{self, Config, ConfigErrors, Role};
-use crate::health::HealthRegistry;
-use crate::kv_events::KvIndexRegistry;
-use crate::lmcache::OccupancyRegistry;
+use crate::learned::Learned;
 use crate::metrics::Metrics;
-use crate::rate_limit::RateLimits;
 use crate::snapshot::{BuildError, Snapshot};
 use crate::tls::TlsListeners;
-use crate::tracker::LoadTracker;
 
 /// Why a configuration could not become the running snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -54,18 +50,6 @@ pub struct Reloaded {
     pub needs_restart: Vec<String>,
 }
 
-/// What the gateway learns and keeps across snapshots: per-target load and
-/// breaker state, provider health, KV indexes, cache occupancy, what each
-/// API key used of its rate limits.
-#[derive(Debug, Default)]
-pub struct Learned {
-    pub tracker: Arc<LoadTracker>,
-    pub health: Arc<HealthRegistry>,
-    pub kv: Arc<KvIndexRegistry>,
-    pub occupancy: Arc<OccupancyRegistry>,
-    pub rate_limits: Arc<RateLimits>,
-}
-
 pub struct GatewayState {
     snapshot: ArcSwap<Snapshot>,
     pub learned: Learned,
@@ -73,7 +57,7 @@ pub struct GatewayState {
     pub tls: TlsListeners,
     pub metrics: Arc<Metrics>,
     /// Access-log records on their way to the writer service.
-    pub access_log: AccessLogQueue,
+    pub access_log: Arc<AccessLogQueue>,
     config_path: PathBuf,
     next_version: AtomicU64,
     // Serializes reloads (SIGHUP and the admin API may race); held only by
@@ -121,7 +105,7 @@ impl GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
             learned,
             tls,
-            access_log: AccessLogQueue::new(Arc::clone(&metrics)),
+            access_log: Arc::new(AccessLogQueue::new(Arc::clone(&metrics))),
             metrics,
             config_path: config_path.to_path_buf(),
             next_version: AtomicU64::new(2),

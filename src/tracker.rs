@@ -32,7 +32,9 @@ mod breaker;
 mod failure_log;
 mod parking;
 
-pub use breaker::{Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition};
+pub use breaker::{
+    Admission, BreakerPolicy, BreakerState, BreakerTicket, CircuitBreaker, Transition,
+};
 pub use failure_log::{FailureLog, FailureReason};
 pub use parking::{parse_retry_after, Parking, ParkingPolicy};
 
@@ -44,7 +46,7 @@ use std::time::Duration;
 
 use rolter_balancer::{LatencyModel, TargetStatsView};
 
-/// Weight of a new sample in the latency EWMA (decisions.md: alpha 0.3).
+/// Weight of a new sample in the latency EWMA (docs/design/defaults.md: alpha 0.3).
 pub const LATENCY_EWMA_ALPHA: f64 = 0.3;
 
 /// Stable identity of a target: which provider serves which upstream model.
@@ -96,8 +98,9 @@ pub struct TargetStats {
     /// a target that never answers absorbs the budget once, not per reload.
     warm_up_picks: AtomicU64,
     /// Breaker and parking live here too: a reload must not close an open
-    /// breaker or unpark a target that asked for time.
-    pub breaker: CircuitBreaker,
+    /// breaker or unpark a target that asked for time. The breaker is
+    /// shared with the tickets of the attempts it admitted.
+    pub breaker: Arc<CircuitBreaker>,
     pub parking: Parking,
     pub failure_log: FailureLog,
 }

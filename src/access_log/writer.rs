@@ -17,10 +17,9 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
-use super::Entry;
+use super::{AccessLogQueue, Entry};
 use crate::config::{AccessLog, AccessLogFormat};
 use crate::metrics::{AccessLogDrop, Metrics};
-use crate::state::GatewayState;
 
 /// The service's name in Pingora.
 pub const SERVICE_NAME: &str = "access log";
@@ -32,28 +31,43 @@ const BATCH: usize = 512;
 /// it retries a file it could not open.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// Reads the running configuration's `server.access_log` and
+/// `server.access_log_format`.
+pub type SettingsSource = Box<dyn Fn() -> (AccessLog, AccessLogFormat) + Send + Sync>;
+
 pub struct AccessLogWriter {
-    state: Arc<GatewayState>,
+    queue: Arc<AccessLogQueue>,
+    settings: SettingsSource,
+    metrics: Arc<Metrics>,
 }
 
 impl AccessLogWriter {
-    pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+    /// Drains `queue` where `settings` says.
+    pub fn new(
+        queue: Arc<AccessLogQueue>,
+        settings: SettingsSource,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            queue,
+            settings,
+            metrics,
+        }
     }
 
     /// Points the sink where the running configuration says; returns the
     /// configured line format.
     fn follow_configuration(&self, sink: &mut Sink) -> AccessLogFormat {
-        let snapshot = self.state.snapshot();
-        sink.follow(&snapshot.config.server.access_log);
-        snapshot.config.server.access_log_format
+        let (log, format) = (self.settings)();
+        sink.follow(&log);
+        format
     }
 }
 
 #[async_trait]
 impl BackgroundService for AccessLogWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let queue = &self.state.access_log;
+        let queue = &self.queue;
         let Some(mut receiver) = queue.take_receiver() else {
             log::error!("the access log writer was started twice; this one stops");
             return;
@@ -73,7 +87,7 @@ impl BackgroundService for AccessLogWriter {
                     // The configuration as it is now: a reload applies to
                     // the very next line.
                     let format = self.follow_configuration(&mut sink);
-                    write_batch(&mut sink, format, &mut entries, &mut buf, &self.state.metrics);
+                    write_batch(&mut sink, format, &mut entries, &mut buf, &self.metrics);
                 }
                 _ = queue.reopen.notified() => sink.reopen(),
                 _ = tick.tick() => {

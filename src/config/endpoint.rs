@@ -3,7 +3,7 @@
 //! LMCache occupancy signal.
 //!
 //! vLLM's publisher binds when its endpoint has a wildcard host (`*`, `::`,
-//! `0.0.0.0`) and rolter always connects (spec/wire-formats.md), so the
+//! `0.0.0.0`) and rolter always connects (docs/design/wire-formats.md), so the
 //! engine's own `--kv-events-config` endpoint (`tcp://*:5557`) is the most
 //! likely thing to be pasted here; it is refused with a hint to name the
 //! engine's host instead. Only TCP is accepted: `ipc://` and `inproc://`

@@ -1,5 +1,5 @@
 //! Serde types that mirror `rolter.toml` field for field (see
-//! `spec/config.md`). Nothing here is checked beyond TOML types: validation
+//! docs/design/configuration.md). Nothing here is checked beyond TOML types: validation
 //! (`validate.rs`) turns these into the internal types the gateway uses.
 //!
 //! Every table denies unknown keys, so a typo is an error rather than a
@@ -106,11 +106,11 @@ pub const DEFAULT_MAX_LORAS: u64 = rolter_balancer::TargetSpec::DEFAULT_MAX_ADAP
 /// slots, low enough that a typo cannot make a balancer remember millions.
 pub const MAX_LORAS_LIMIT: u64 = 1024;
 /// Upper bound for `adaptive_routing.exploration_ratio`: exploration never
-/// exceeds half the traffic (load-balancing.md).
+/// exceeds half the traffic (docs/design/balancer.md).
 pub const MAX_EXPLORATION_RATIO: f64 = 0.5;
 /// Default for `admin_tokens.role`: the least privilege.
 pub const DEFAULT_ADMIN_ROLE: &str = "viewer";
-/// Default for `retry.max_retries` (decisions.md: "Default 2 retries").
+/// Default for `retry.max_retries`: 2 (docs/design/defaults.md, "Gateway").
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// Upper bound for `retry.max_retries`: more only multiplies the load an
 /// outage puts on the remaining targets.
@@ -124,20 +124,20 @@ pub const DEFAULT_FIRST_BYTE_SECS: u64 = 120;
 pub const DEFAULT_IDLE_SECS: u64 = 300;
 /// Default for `health.enabled`: every provider is probed.
 pub const DEFAULT_HEALTH_ENABLED: bool = true;
-/// Default for `health.interval_secs`, in seconds: 10 (decisions.md).
+/// Default for `health.interval_secs`, in seconds: 10 (docs/design/defaults.md).
 pub const DEFAULT_HEALTH_INTERVAL_SECS: u64 = 10;
 /// Upper bound for `health.interval_secs`, in seconds: one hour. A probe
 /// rarer than that no longer tracks health, and the bound catches the
 /// default written in milliseconds (10000).
 pub const MAX_HEALTH_INTERVAL_SECS: u64 = 3_600;
-/// Default for `health.timeout_secs`, in seconds: 2 (decisions.md). Must be
+/// Default for `health.timeout_secs`, in seconds: 2 (docs/design/defaults.md). Must be
 /// below `health.interval_secs`, which also bounds it.
 pub const DEFAULT_HEALTH_TIMEOUT_SECS: u64 = 2;
 /// Default for `health.unhealthy_after`, in consecutive failed probes: 3
-/// (decisions.md).
+/// (docs/design/defaults.md).
 pub const DEFAULT_UNHEALTHY_AFTER: u32 = 3;
 /// Default for `health.healthy_after`, in consecutive successful probes: 2
-/// (decisions.md).
+/// (docs/design/defaults.md).
 pub const DEFAULT_HEALTHY_AFTER: u32 = 2;
 /// Upper bound for `health.unhealthy_after` and `health.healthy_after`, in
 /// probes: at the default interval, 100 probes are already 17 minutes.
@@ -145,22 +145,22 @@ pub const MAX_HEALTH_THRESHOLD: u32 = 100;
 /// Default for `breaker.enabled`.
 pub const DEFAULT_BREAKER_ENABLED: bool = true;
 /// Default for `breaker.failure_threshold`, in consecutive failed requests:
-/// 5 (decisions.md).
+/// 5 (docs/design/defaults.md).
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
 /// Upper bound for `breaker.failure_threshold`, in requests: a breaker that
 /// needs more than 1000 failures in a row never opens in practice.
 pub const MAX_FAILURE_THRESHOLD: u32 = 1_000;
-/// Default for `breaker.open_secs`, in seconds: 30 (decisions.md).
+/// Default for `breaker.open_secs`, in seconds: 30 (docs/design/defaults.md).
 pub const DEFAULT_OPEN_SECS: u64 = 30;
 /// Upper bound for `breaker.open_secs`, in seconds: one hour; catches the
 /// default written in milliseconds (30000).
 pub const MAX_OPEN_SECS: u64 = 3_600;
-/// Default for `parking.base_secs`, in seconds: 5 (decisions.md).
+/// Default for `parking.base_secs`, in seconds: 5 (docs/design/defaults.md).
 pub const DEFAULT_PARKING_BASE_SECS: u64 = 5;
 /// Upper bound for `parking.base_secs`, in seconds: one hour; catches the
 /// default written in milliseconds (5000).
 pub const MAX_PARKING_BASE_SECS: u64 = 3_600;
-/// Default for `parking.max_secs`, in seconds: 300 (decisions.md).
+/// Default for `parking.max_secs`, in seconds: 300 (docs/design/defaults.md).
 pub const DEFAULT_PARKING_MAX_SECS: u64 = 300;
 /// Upper bound for `parking.max_secs`, in seconds: one day, the longest
 /// `Retry-After` worth honouring (a daily quota); catches the default
@@ -168,14 +168,14 @@ pub const DEFAULT_PARKING_MAX_SECS: u64 = 300;
 pub const MAX_PARKING_MAX_SECS: u64 = 86_400;
 
 /// Default for `control_plane.poll_interval_secs`, in seconds: 5
-/// (decisions.md).
+/// (docs/design/defaults.md).
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 5;
 /// Upper bound for `control_plane.poll_interval_secs`, in seconds: five
 /// minutes; a gateway polling more rarely runs on a stale configuration, and
 /// the bound catches the default written in milliseconds (5000).
 pub const MAX_POLL_INTERVAL_SECS: u64 = 300;
 /// Default for `control_plane.telemetry_interval_secs`, in seconds: 15
-/// (decisions.md).
+/// (docs/design/defaults.md).
 pub const DEFAULT_TELEMETRY_INTERVAL_SECS: u64 = 15;
 /// Upper bound for `control_plane.telemetry_interval_secs`, in seconds: five
 /// minutes; catches the default written in milliseconds (15000).
@@ -391,7 +391,7 @@ pub struct ProviderTable {
 }
 
 /// `[providers.kv_events]`: where a vLLM engine started with
-/// `--kv-events-config` publishes (spec/wire-formats.md).
+/// `--kv-events-config` publishes (docs/design/wire-formats.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvEventsTable {
@@ -451,7 +451,7 @@ pub struct RouteTable {
     /// a provider slug nor `<provider-slug>/...`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Load-balancing strategy name (load-balancing.md). Default:
+    /// Load-balancing strategy name (docs/design/balancer.md). Default:
     /// "round_robin".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
@@ -491,7 +491,7 @@ pub struct ProviderGroupTable {
     /// Default: derived from `name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slug: Option<String>,
-    /// Load-balancing strategy over the members (load-balancing.md).
+    /// Load-balancing strategy over the members (docs/design/balancer.md).
     /// Default: "round_robin".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,

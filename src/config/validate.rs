@@ -106,7 +106,7 @@ pub(super) fn validate(
     let health = v.health(file.health);
     let breaker = v.breaker(file.breaker);
     let parking = v.parking(file.parking);
-    // Last, where config.md writes it: a document's reports, which have no
+    // Last, where the contract's example writes it: a document's reports, which have no
     // line to be sorted by, then come in the order a file's would.
     let control_plane = if role_known {
         v.control_plane(server.role, file.control_plane)

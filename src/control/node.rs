@@ -19,15 +19,14 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::StatusCode;
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use super::api::{self, ApiContext, ApiResponse, Caller, FileManaged};
 use super::store::{NodeReport, Store};
-use super::telemetry::TelemetryPush;
 use crate::config::file::{AdaptiveRoutingTable, ConfigFile};
 use crate::config::{self, Config, ConfigErrors};
+use crate::fleet::telemetry::TelemetryPush;
 use crate::state::{GatewayState, LoadError, Reloaded};
 
 /// Telemetry older than this is not current and is left out of answers.
@@ -195,7 +194,7 @@ impl ControlNode {
 
     /// Judges a candidate database document with this node's file rows
     /// merged in, exactly as a reload would.
-    fn validator(&self) -> impl Fn(&ConfigFile) -> Result<Config, ConfigErrors> + Send + Sync {
+    pub fn validator(&self) -> impl Fn(&ConfigFile) -> Result<Config, ConfigErrors> + Send + Sync {
         let path = self.config_path.clone();
         move |candidate: &ConfigFile| {
             let file = read_file(&path).map_err(|e| match e {
@@ -214,38 +213,10 @@ impl ControlNode {
         }
     }
 
-    /// `/api/v1/...` on a control node; a write that was accepted is
-    /// published at once.
-    pub async fn api(
-        &self,
-        method: &Method,
-        path: &str,
-        query: Option<&str>,
-        caller: Option<&Caller>,
-        body: &[u8],
-    ) -> ApiResponse {
-        let store = match self.store().await {
-            Ok(store) => store.clone(),
-            Err(e) => {
-                return ApiResponse::error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    "database_unavailable",
-                    &e,
-                )
-            }
-        };
-        let file_managed = read_file(&self.config_path)
-            .map(|file| FileManaged::of(&file))
-            .unwrap_or_default();
-        let context = ApiContext::new(store, self.validator(), file_managed);
-        let response = api::handle(&context, method, path, query, caller, body).await;
-        if method != Method::GET && response.status.is_success() {
-            if let Err(e) = self.refresh(false).await {
-                log::error!("publishing the configuration after a write failed: {e}");
-            }
-        }
-        response
+    /// The rows this node's own file manages (the control API refuses to
+    /// change them); none when the file cannot be read.
+    pub fn file_managed_rows(&self) -> Option<ConfigFile> {
+        read_file(&self.config_path).ok()
     }
 
     /// `GET /internal/snapshot?version=N` for `node`: 304 when it runs the

@@ -1,6 +1,8 @@
 //! The active health checker: a background service probing every provider
-//! of the current snapshot (`GET health_path`, default `/v1/models`) every
-//! `[health] interval_secs`, with Pingora's own HTTP health check.
+//! of the running configuration (`GET health_path`, default `/v1/models`)
+//! every `[health] interval_secs`, with Pingora's own HTTP health check.
+//! It reads the configuration through a [`PlanSource`] (the server wires it
+//! to the running snapshot), so it depends on nothing above this module.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,10 +16,9 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::{Error, ErrorType};
 
-use super::{HealthChange, HealthPolicy, ProbeOutcome};
+use super::{HealthChange, HealthPolicy, ProbeOutcome, ProbeTarget};
 use crate::clock;
-use crate::snapshot::Provider;
-use crate::state::GatewayState;
+use crate::metrics::Metrics;
 
 /// How often the checker wakes to see which probes are due.
 const TICK: Duration = Duration::from_millis(250);
@@ -26,13 +27,25 @@ const BUSY: ErrorType = ErrorType::CustomCode("engine busy", 429);
 /// Marks a probe answered 404 or 405: the path, not the engine, is wrong.
 const NOT_SERVED: &str = "health path not served";
 
+/// What to probe now: a version that changes whenever the targets or the
+/// policy may have, the policy, and the providers.
+pub struct ProbePlan {
+    pub version: u64,
+    pub policy: HealthPolicy,
+    pub targets: Arc<[ProbeTarget]>,
+}
+
+/// Reads the current [`ProbePlan`].
+pub type PlanSource = Box<dyn Fn() -> ProbePlan + Send + Sync>;
+
 pub struct HealthChecker {
-    state: Arc<GatewayState>,
+    plan: PlanSource,
+    metrics: Arc<Metrics>,
 }
 
 impl HealthChecker {
-    pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+    pub fn new(plan: PlanSource, metrics: Arc<Metrics>) -> Self {
+        Self { plan, metrics }
     }
 }
 
@@ -43,19 +56,14 @@ struct Probe {
 }
 
 impl Probe {
-    fn new(provider: &Provider, policy: &HealthPolicy) -> Option<Probe> {
-        let host = provider.host_header.to_str().ok()?;
-        let mut check = HttpHealthCheck::new(host, provider.tls);
+    fn new(target: &ProbeTarget, policy: &HealthPolicy) -> Option<Probe> {
+        let mut check = HttpHealthCheck::new(&target.host, target.tls);
         let timeout = Duration::from_millis(policy.timeout_ms);
         check.peer_template.options.connection_timeout = Some(timeout);
         check.peer_template.options.read_timeout = Some(timeout);
         check.peer_template.options.write_timeout = Some(timeout);
-        check.req.set_uri(
-            format!("{}{}", provider.path_prefix, provider.health_path)
-                .parse()
-                .ok()?,
-        );
-        if let Some(auth) = &provider.authorization {
+        check.req.set_uri(target.path.parse().ok()?);
+        if let Some(auth) = &target.authorization {
             check
                 .req
                 .insert_header(http::header::AUTHORIZATION, auth.clone())
@@ -75,7 +83,7 @@ impl Probe {
                 )),
             }
         }));
-        let backend = Backend::new(&provider.addr.to_string()).ok()?;
+        let backend = Backend::new(&target.addr.to_string()).ok()?;
         Some(Probe { check, backend })
     }
 
@@ -107,28 +115,30 @@ impl BackgroundService for HealthChecker {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = shutdown.changed() => return,
             }
-            let snapshot = self.state.snapshot();
-            let policy = snapshot.limits.health;
+            let plan = (self.plan)();
+            let policy = plan.policy;
             if !policy.enabled {
-                for provider in snapshot.providers() {
-                    provider.health.reset();
+                for target in plan.targets.iter() {
+                    target.health.reset();
                 }
                 continue;
             }
-            if built_for != snapshot.version {
-                probes = snapshot
-                    .providers()
-                    .filter_map(|p| Some((p.slug.clone(), Probe::new(p, &policy)?)))
+            if built_for != plan.version {
+                probes = plan
+                    .targets
+                    .iter()
+                    .filter_map(|t| Some((t.slug.clone(), Probe::new(t, &policy)?)))
                     .collect();
-                built_for = snapshot.version;
+                built_for = plan.version;
             }
             let now = clock::now_ms();
-            let due: Vec<&Arc<Provider>> = snapshot
-                .providers()
-                .filter(|p| {
-                    p.health.probe_due(now)
+            let due: Vec<&ProbeTarget> = plan
+                .targets
+                .iter()
+                .filter(|t| {
+                    t.health.probe_due(now)
                         && last_probe
-                            .get(&p.slug)
+                            .get(&t.slug)
                             .is_none_or(|&at| now >= at + policy.interval_ms)
                 })
                 .collect();
@@ -143,11 +153,7 @@ impl BackgroundService for HealthChecker {
             for (provider, (outcome, detail)) in futures_util::future::join_all(runs).await {
                 let now = clock::now_ms();
                 last_probe.insert(provider.slug.clone(), now);
-                self.state.metrics.record_probe(
-                    &provider.slug,
-                    outcome,
-                    provider.health.is_healthy(),
-                );
+                self.metrics.record_probe(&provider.slug, outcome.label());
                 let was_misconfigured = provider.health.probe_misconfigured().is_some();
                 let change = provider.health.record(outcome, now, &policy);
                 if let ProbeOutcome::Misconfigured { status } = outcome {
@@ -155,11 +161,11 @@ impl BackgroundService for HealthChecker {
                         log::warn!(
                             "provider {}: its health probe GET {} answered {status}: the engine does not serve that path; it is not judged by the probe until health_path names one it serves (e.g. /health or /v1/models)",
                             provider.slug,
-                            provider.health_path
+                            provider.path
                         );
                     }
                 }
-                self.state.metrics.set_probe_misconfigured(
+                self.metrics.set_probe_misconfigured(
                     &provider.slug,
                     provider.health.probe_misconfigured().is_some(),
                 );
@@ -178,8 +184,7 @@ impl BackgroundService for HealthChecker {
                     }
                     None => {}
                 }
-                self.state
-                    .metrics
+                self.metrics
                     .set_provider_healthy(&provider.slug, provider.health.is_healthy());
             }
         }

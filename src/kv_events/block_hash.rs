@@ -2,7 +2,7 @@
 //!
 //! The engine's block hash (sha256 over a pickled tuple, salted per process)
 //! cannot be reproduced outside the engine, so rolter hashes token blocks
-//! itself, the way routers that consume vLLM's KV events do (wire-formats.md):
+//! itself, the way routers that consume vLLM's KV events do (docs/design/wire-formats.md):
 //! `h_i = H(h_{i-1}, tokens of block i)` over the FULL blocks of
 //! `block_size` tokens, starting from a fixed root. A partial last block is
 //! not hashed: the engine caches only full blocks. The index applies this to

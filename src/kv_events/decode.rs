@@ -1,4 +1,4 @@
-//! vLLM's KV-event wire format, decoded (wire-formats.md, "vLLM KV-cache
+//! vLLM's KV-event wire format, decoded (docs/design/wire-formats.md, "vLLM KV-cache
 //! events").
 //!
 //! A live message has three frames: topic (UTF-8), seq (8 bytes, unsigned

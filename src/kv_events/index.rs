@@ -56,7 +56,7 @@ use super::decode::{
 pub const DEFAULT_MAX_BLOCKS: usize = 1_000_000;
 
 /// A rank with no message for this long is stale, and neutral
-/// (decisions.md: stale after 30 s without a message).
+/// (docs/design/defaults.md: stale after 30 s without a message).
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// `last_message_ms` before the first message.

@@ -24,7 +24,6 @@ use super::replay::ReplayClient;
 use super::subscriber::{RankDriver, RankSubscriber};
 use super::KvIndexRegistry;
 use crate::config::{self, Config};
-use crate::state::GatewayState;
 
 /// The name the server lists the service under.
 pub const SERVICE_NAME: &str = "kv events";
@@ -98,18 +97,8 @@ pub struct KvEventService {
 }
 
 impl KvEventService {
-    /// Follows the gateway's snapshots; indexes live in `registry`.
-    pub fn new(state: Arc<GatewayState>, registry: Arc<KvIndexRegistry>) -> Self {
-        Self::with_sources(
-            registry,
-            Box::new(move || {
-                let snapshot = state.snapshot();
-                (snapshot.version, sources_of(&snapshot.config))
-            }),
-        )
-    }
-
-    /// Follows whatever `sources` reads.
+    /// Follows whatever `sources` reads (the server wires it to the
+    /// running snapshot, with [`sources_of`]); indexes live in `registry`.
     pub fn with_sources(registry: Arc<KvIndexRegistry>, sources: SourceReader) -> Self {
         KvEventService {
             registry,

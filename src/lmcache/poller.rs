@@ -1,4 +1,6 @@
-//! Polls each provider's LMCache occupancy signal in the background.
+//! Polls each provider's LMCache occupancy signal in the background. The
+//! providers and their `[providers.lmcache]` come through a
+//! [`SignalSource`] (the server wires it to the running snapshot).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,23 +12,29 @@ use pingora::connectors::http::Connector;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
+use super::OccupancyRegistry;
 use crate::clock;
 use crate::config::{Lmcache, LmcacheFormat};
 use crate::http_client::Endpoint;
-use crate::state::GatewayState;
 
 /// How often the poller wakes to see which polls are due.
 const TICK: Duration = Duration::from_millis(250);
 /// The most of a signal's body that is read.
 const MAX_BODY: usize = 1024 * 1024;
 
+/// Reads the current signals: a version that changes whenever they may
+/// have, and each provider's slug and `[providers.lmcache]`.
+pub type SignalSource = Box<dyn Fn() -> (u64, Vec<(String, Lmcache)>) + Send + Sync>;
+
 pub struct OccupancyPoller {
-    state: Arc<GatewayState>,
+    signals: SignalSource,
+    registry: Arc<OccupancyRegistry>,
 }
 
 impl OccupancyPoller {
-    pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+    /// Polls what `signals` names into `registry`.
+    pub fn new(signals: SignalSource, registry: Arc<OccupancyRegistry>) -> Self {
+        Self { signals, registry }
     }
 }
 
@@ -120,41 +128,35 @@ impl BackgroundService for OccupancyPoller {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = shutdown.changed() => return,
             }
-            let snapshot = self.state.snapshot();
-            if built_for != snapshot.version {
-                sources = snapshot
-                    .config
-                    .providers
+            let (version, signals) = (self.signals)();
+            if built_for != version {
+                sources = signals
                     .iter()
-                    .filter_map(|p| {
-                        let lmcache = p.lmcache.as_ref()?;
+                    .map(|(slug, lmcache)| {
                         let timeout = lmcache.poll_interval.min(Duration::from_secs(2));
                         let source = Source::new(lmcache, timeout);
                         if let Err(e) = &source {
-                            log::error!("provider {}: LMCache endpoint unusable: {e}", p.slug);
+                            log::error!("provider {slug}: LMCache endpoint unusable: {e}");
                         }
-                        Some((p.slug.clone(), source))
+                        (slug.clone(), source)
                     })
                     .collect();
-                built_for = snapshot.version;
+                built_for = version;
             }
             let now = clock::now_ms();
-            let due: Vec<_> = snapshot
-                .config
-                .providers
+            let due: Vec<&(String, Lmcache)> = signals
                 .iter()
-                .filter_map(|p| Some((p, p.lmcache.as_ref()?)))
-                .filter(|(p, lmcache)| {
+                .filter(|(slug, lmcache)| {
                     last_poll
-                        .get(&p.slug)
+                        .get(slug)
                         .is_none_or(|&at| now >= at + lmcache.poll_interval.as_millis() as u64)
                 })
                 .collect();
             if due.is_empty() {
                 continue;
             }
-            let polls = due.iter().map(|(provider, lmcache)| {
-                let source = sources.get(&provider.slug);
+            let polls = due.iter().map(|(slug, lmcache)| {
+                let source = sources.get(slug);
                 let connector = &connector;
                 async move {
                     let result = match source {
@@ -162,19 +164,19 @@ impl BackgroundService for OccupancyPoller {
                         Some(Err(e)) => Err(e.clone()),
                         None => Err("no source".to_string()),
                     };
-                    (*provider, *lmcache, result)
+                    (slug, lmcache, result)
                 }
             });
-            for (provider, lmcache, result) in futures_util::future::join_all(polls).await {
+            for (slug, lmcache, result) in futures_util::future::join_all(polls).await {
                 let now = clock::now_ms();
-                last_poll.insert(provider.slug.clone(), now);
-                let signal = self.state.learned.occupancy.provider(&provider.slug);
+                last_poll.insert(slug.clone(), now);
+                let signal = self.registry.provider(slug);
                 signal.set_stale_after(lmcache.stale_after.as_millis() as u64);
                 match result {
                     Ok((occupancy, available)) => signal.record(occupancy, available, now),
                     Err(e) => {
                         signal.record_failure();
-                        log::debug!("provider {}: LMCache poll failed: {e}", provider.slug);
+                        log::debug!("provider {slug}: LMCache poll failed: {e}");
                     }
                 }
             }

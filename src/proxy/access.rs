@@ -24,11 +24,7 @@ pub fn log_request(
     status: u16,
     cancelled: bool,
 ) {
-    let off = match &ctx.snapshot {
-        Some(snapshot) => snapshot.config.server.access_log == AccessLog::Off,
-        None => state.snapshot().config.server.access_log == AccessLog::Off,
-    };
-    if !off {
+    if ctx.snapshot.config.server.access_log != AccessLog::Off {
         state
             .access_log
             .push(record(session, e, ctx, status, cancelled));
@@ -43,7 +39,7 @@ fn record(
     cancelled: bool,
 ) -> AccessRecord {
     let now = Instant::now();
-    let received = ctx.received.unwrap_or(now);
+    let received = ctx.received;
     let total = now.saturating_duration_since(received);
     let request = session.req_header();
     let text = |name: header::HeaderName| {
@@ -60,8 +56,8 @@ fn record(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_string();
-    let route = ctx.route.as_deref();
-    let target = ctx.current_target().map(|(_, t)| t.label.clone());
+    let route = ctx.route();
+    let target = ctx.current_target().map(|t| t.label.clone());
     let peer = ctx.origin.as_ref().and_then(|o| o.peer).or_else(|| {
         session
             .client_addr()
@@ -92,9 +88,11 @@ fn record(
         strategy: route.map(|r| r.strategy.as_str()),
         target,
         attempts: ctx.attempts,
-        upstream_status: ctx.attempt.status,
+        upstream_status: ctx.attempt.as_ref().and_then(|a| a.status),
         bytes_sent: session.body_bytes_sent() as u64,
-        request_bytes: session.body_bytes_read().max(ctx.body.len()) as u64,
+        request_bytes: session
+            .body_bytes_read()
+            .max(ctx.admitted.as_ref().map_or(0, |a| a.body.len())) as u64,
         ttfb: ctx
             .responded
             .map(|at| at.saturating_duration_since(received)),
@@ -109,8 +107,8 @@ fn record(
 /// The model the client asked for. A request refused before routing has no
 /// model in the context yet, but its error may name it.
 fn requested_model(ctx: &RequestCtx) -> Option<String> {
-    if !ctx.model.is_empty() {
-        return Some(ctx.model.clone());
+    if let Some(admitted) = &ctx.admitted {
+        return Some(admitted.request.model.clone());
     }
     match ctx.error.as_ref()? {
         GatewayError::UnknownModel { model }

@@ -1,61 +1,56 @@
 //! Per-request state shared by the proxy's phases.
+//!
+//! What a request carries is set in three steps, each one value: the
+//! context itself (the snapshot it is served with, from the first phase
+//! on), its [`Admitted`] request once `request_filter` let it through (the
+//! parsed body and the route), and one [`Attempt`] per dispatch to a
+//! target, replaced by `upstream_peer` on every retry.
 
-use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderValue;
 use rolter_balancer::RouteContext;
 
+use super::eligibility::Eligibility;
 use super::forwarding::ClientOrigin;
-use super::outcome::BreakerTicket;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
+use crate::openai::ParsedRequest;
 use crate::rate_limit::ConcurrencySlot;
 use crate::snapshot::{Route, Snapshot, Target};
 use crate::state::ActiveRequest;
-use crate::tracker::InFlightGuard;
+use crate::tracker::{BreakerTicket, InFlightGuard};
 
 /// What one request carries from `request_filter` to `logging`.
-#[derive(Default)]
 pub struct RequestCtx {
     /// Holds the process open while this request is served (see `signals.rs`).
-    pub active: Option<ActiveRequest>,
-    pub received: Option<Instant>,
+    _active: ActiveRequest,
+    /// The snapshot the request is served with, for its whole life.
+    pub snapshot: Arc<Snapshot>,
+    pub received: Instant,
     /// `x-request-id`: the client's when sane, else generated (`request_id.rs`).
     pub request_id: Option<HeaderValue>,
     /// Who the client is (`forwarding.rs`), worked out in `request_filter`.
     pub origin: Option<ClientOrigin>,
-    /// When the response header went to the client (time to first byte).
-    pub responded: Option<Instant>,
-    /// The snapshot the request was routed with, kept for its whole life.
-    pub snapshot: Option<Arc<Snapshot>>,
-    pub route: Option<Arc<Route>>,
+    /// The caller, once its key was checked (also for a refused request's
+    /// access-log line).
     pub caller: Option<Arc<Caller>>,
     /// The caller's in-flight slot under its key's `max_concurrent`
     /// (`rate_limit.rs`), held until the context drops: the response ended,
     /// streamed body included, or the client went away.
     pub key_slot: Option<ConcurrencySlot>,
-    /// The body as the client sent it.
-    pub body: Bytes,
-    pub model: String,
-    pub model_span: Range<usize>,
-    pub session_key: Option<String>,
-    pub prompt: String,
-    pub prompt_len: usize,
-    pub prompt_digest: u64,
-    /// Token ids the caller supplied (header or integer prompt).
-    pub token_ids: Option<Vec<u32>>,
-    /// The LoRA adapter the request addresses (passthrough group routes).
-    pub adapter: Option<String>,
-    /// The clock reading the current attempt was routed at.
-    pub now_ms: u64,
-    pub attempt: Attempt,
+    /// Set when `request_filter` let the request through to a route.
+    pub admitted: Option<Admitted>,
+    /// The current attempt, from `upstream_peer` on.
+    pub attempt: Option<Attempt>,
     /// Targets already dispatched to, never picked again for this request.
     pub tried: TargetSet,
     pub attempts: u32,
+    /// When the response header went to the client (time to first byte).
+    pub responded: Option<Instant>,
     /// Set once the response header went to the client: no retry after that.
     pub response_started: bool,
     /// The client went away before the response ended.
@@ -68,23 +63,47 @@ pub struct RequestCtx {
     pub last_failure: Option<String>,
 }
 
-/// State of the current attempt; reset by `upstream_peer` on every retry.
-#[derive(Default)]
+/// A request `request_filter` let through: what it asked for and where it
+/// goes.
+pub struct Admitted {
+    pub route: Arc<Route>,
+    /// The parsed body; its token ids are the caller's (header or integer
+    /// prompt).
+    pub request: ParsedRequest,
+    /// The body as the client sent it.
+    pub body: Bytes,
+    /// `x-session-id`.
+    pub session_key: Option<String>,
+}
+
+impl Admitted {
+    /// What the balancer knows of the request, at clock reading `now_ms`.
+    pub fn route_context(&self, now_ms: u64) -> RouteContext<'_> {
+        RouteContext {
+            session_key: self.session_key.as_deref(),
+            prompt: &self.request.prompt,
+            prompt_len: self.request.prompt_len,
+            prompt_digest: self.request.prompt_digest,
+            token_ids: self.request.token_ids.as_deref(),
+            adapter: self.route.adapter.as_deref(),
+            now_ms,
+        }
+    }
+}
+
+/// One dispatch of the request to a target.
 pub struct Attempt {
-    pub target: Option<usize>,
-    pub started: Option<Instant>,
+    /// Index of the target in the route.
+    pub target: usize,
+    pub started: Instant,
+    /// The clock reading the attempt was routed at.
+    pub now_ms: u64,
     /// In-flight requests at the target when this attempt joined its queue.
     pub queue_depth: u64,
+    /// The target's in-flight slot; released in `logging`, or on drop.
     pub in_flight: Option<InFlightGuard>,
     /// The breaker's admission (a half-open probe is released if unsettled).
-    pub breaker: Option<BreakerTicket>,
-    /// Targets whose breaker refused this pick after the balancer chose
-    /// them (a half-open probe slot went to another request): left out of
-    /// this pick only, never marked tried.
-    pub refused: TargetSet,
-    /// Every target the caller may use is down by active health checks
-    /// alone: health is ignored for this pick (`select.rs`).
-    pub ignore_health: bool,
+    pub breaker: BreakerTicket,
     /// The body for this attempt's target (model rewritten).
     pub body: Bytes,
     pub status: Option<u16>,
@@ -97,48 +116,57 @@ pub struct Attempt {
     /// time to its first body byte, not to its end.
     pub streaming: bool,
     /// When the first body byte arrived, after `started`.
-    pub first_byte: Option<std::time::Duration>,
+    pub first_byte: Option<Duration>,
 }
 
 impl RequestCtx {
-    pub fn route_context(&self) -> RouteContext<'_> {
-        RouteContext {
-            session_key: self.session_key.as_deref(),
-            prompt: &self.prompt,
-            prompt_len: self.prompt_len,
-            prompt_digest: self.prompt_digest,
-            token_ids: self.token_ids.as_deref(),
-            adapter: self.adapter.as_deref(),
-            now_ms: self.now_ms,
+    pub fn new(active: ActiveRequest, snapshot: Arc<Snapshot>) -> Self {
+        RequestCtx {
+            _active: active,
+            snapshot,
+            received: Instant::now(),
+            request_id: None,
+            origin: None,
+            caller: None,
+            key_slot: None,
+            admitted: None,
+            attempt: None,
+            tried: TargetSet::default(),
+            attempts: 0,
+            responded: None,
+            response_started: false,
+            client_cancelled: false,
+            send_timed_out: false,
+            error: None,
+            last_failure: None,
         }
     }
 
-    /// The route and the current attempt's target.
-    pub fn current_target(&self) -> Option<(&Route, &Target)> {
-        let route = self.route.as_deref()?;
-        let target = route.targets.get(self.attempt.target?)?;
-        Some((route, target))
+    pub fn route(&self) -> Option<&Route> {
+        self.admitted.as_ref().map(|a| &*a.route)
     }
 
-    /// Whether target `index` of the route may take the next attempt: not
-    /// tried yet, allowed to the caller's key, its provider healthy (unless
-    /// health is ignored for this pick), not parked, its breaker not open
-    /// (load-balancing.md's eligibility rule). Reads only; `now_ms` is the
-    /// clock of the current pick.
-    pub fn is_eligible(&self, route: &Route, index: usize) -> bool {
-        let target = &route.targets[index];
-        let Some(snapshot) = self.snapshot.as_deref() else {
-            return false;
-        };
-        !self.tried.contains(index)
-            && !self.attempt.refused.contains(index)
-            && self.may_use(target)
-            && (self.attempt.ignore_health || target.provider.health.is_healthy())
-            && !target.stats.parking.is_parked(self.now_ms)
-            && target
-                .stats
-                .breaker
-                .admits(self.now_ms, &snapshot.limits.breaker)
+    /// The route, the current attempt's target and the attempt.
+    pub fn current(&self) -> Option<(&Route, &Target, &Attempt)> {
+        let route = self.route()?;
+        let attempt = self.attempt.as_ref()?;
+        Some((route, route.targets.get(attempt.target)?, attempt))
+    }
+
+    /// The current attempt's target.
+    pub fn current_target(&self) -> Option<&Target> {
+        self.current().map(|(_, target, _)| target)
+    }
+
+    /// The eligibility rule for a pick on `route` at `now_ms`.
+    pub fn eligibility<'a>(&'a self, route: &'a Route, now_ms: u64) -> Eligibility<'a> {
+        Eligibility::new(
+            route,
+            self.caller.as_deref(),
+            &self.tried,
+            &self.snapshot.limits.breaker,
+            now_ms,
+        )
     }
 
     /// Notes what a failure on the client's side means: it stopped reading
@@ -154,21 +182,13 @@ impl RequestCtx {
         }
     }
 
-    /// Whether the caller's key allows `target`'s provider.
-    pub fn may_use(&self, target: &Target) -> bool {
-        self.caller
-            .as_ref()
-            .is_none_or(|c| c.may_use_provider(&target.id.provider))
-    }
-
     /// Whether a failed attempt may be retried on another target.
     pub fn can_fail_over(&self) -> bool {
-        let (Some(route), Some(snapshot)) = (self.route.as_deref(), self.snapshot.as_deref())
-        else {
+        let Some(route) = self.route() else {
             return false;
         };
         !self.response_started
-            && self.attempts <= snapshot.limits.max_retries
-            && (0..route.targets.len()).any(|i| self.is_eligible(route, i))
+            && self.attempts <= self.snapshot.limits.max_retries
+            && self.eligibility(route, crate::clock::now_ms()).any()
     }
 }

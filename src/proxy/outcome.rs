@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::ctx::RequestCtx;
 use crate::metrics::Metrics;
-use crate::tracker::{Admission, BreakerPolicy, FailureReason, TargetStats, Transition};
+use crate::tracker::{FailureReason, Transition};
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -65,60 +65,15 @@ impl Failure {
     }
 }
 
-/// The breaker admission of one attempt. A half-open probe that ends
-/// without a verdict (the client left) frees the probe slot when dropped.
-#[derive(Debug)]
-pub struct BreakerTicket {
-    stats: Arc<TargetStats>,
-    admission: Admission,
-    settled: bool,
-}
-
-impl BreakerTicket {
-    pub fn new(stats: Arc<TargetStats>, admission: Admission) -> Self {
-        Self {
-            stats,
-            admission,
-            settled: false,
-        }
-    }
-
-    fn success(&mut self) -> Option<Transition> {
-        if std::mem::replace(&mut self.settled, true) {
-            return None;
-        }
-        self.stats.breaker.record_success(self.admission)
-    }
-
-    fn failure(&mut self, now_ms: u64, policy: &BreakerPolicy) -> Option<Transition> {
-        if std::mem::replace(&mut self.settled, true) {
-            return None;
-        }
-        self.stats
-            .breaker
-            .record_failure(self.admission, now_ms, policy)
-    }
-}
-
-impl Drop for BreakerTicket {
-    fn drop(&mut self) {
-        if !self.settled && self.admission == Admission::Probe {
-            self.stats.breaker.release_probe();
-        }
-    }
-}
-
 /// Records a failed attempt against its target. One log line per failure
 /// while the target's failure log admits it (`tracker/failure_log.rs`),
 /// the parking it caused included; none past that.
 pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure) {
     let now = crate::clock::now_ms();
-    let Some((_, target)) = ctx.current_target() else {
+    let Some(target) = ctx.current_target() else {
         return;
     };
-    let Some(limits) = ctx.snapshot.as_ref().map(|s| s.limits.clone()) else {
-        return;
-    };
+    let limits = &ctx.snapshot.limits;
     let label = target.label.clone();
     let metric_label = Arc::clone(&target.metrics.label);
     let stats = Arc::clone(&target.stats);
@@ -145,11 +100,12 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
             None => log::warn!("{label}: {}", failure.describe()),
         }
     }
-    if let Some(ticket) = ctx.attempt.breaker.as_mut() {
+    let breaker = limits.breaker;
+    if let Some(attempt) = ctx.attempt.as_mut() {
         let transition = if failure.counts_for_breaker() {
-            ticket.failure(now, &limits.breaker)
+            attempt.breaker.failure(now, &breaker)
         } else {
-            ticket.success()
+            attempt.breaker.success()
         };
         report_transition(metrics, &label, &metric_label, transition);
     }
@@ -160,12 +116,12 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
 pub fn attempt_succeeded(ctx: &mut RequestCtx, metrics: &Metrics) {
     let Some((label, metric_label)) = ctx
         .current_target()
-        .map(|(_, t)| (t.label.clone(), Arc::clone(&t.metrics.label)))
+        .map(|t| (t.label.clone(), Arc::clone(&t.metrics.label)))
     else {
         return;
     };
-    if let Some(ticket) = ctx.attempt.breaker.as_mut() {
-        report_transition(metrics, &label, &metric_label, ticket.success());
+    if let Some(attempt) = ctx.attempt.as_mut() {
+        report_transition(metrics, &label, &metric_label, attempt.breaker.success());
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::BuildError;
 use crate::config;
-use crate::health::ProviderHealth;
+use crate::health::{ProbeTarget, ProviderHealth};
 
 /// Where and how to reach one provider.
 #[derive(Debug)]
@@ -35,6 +35,21 @@ pub struct Provider {
     pub tls_verify: bool,
     /// Trust anchors for the engine's certificate instead of the system's.
     pub ca: Option<Arc<pingora::protocols::tls::CaType>>,
+}
+
+impl Provider {
+    /// This provider as the health checker probes it.
+    pub fn probe_target(&self) -> ProbeTarget {
+        ProbeTarget {
+            slug: self.slug.clone(),
+            addr: self.addr,
+            tls: self.tls,
+            host: self.host_header.to_str().unwrap_or(&self.host).to_string(),
+            path: format!("{}{}", self.path_prefix, self.health_path),
+            authorization: self.authorization.clone(),
+            health: Arc::clone(&self.health),
+        }
+    }
 }
 
 /// Resolves the provider's address (blocking DNS: snapshots are built off

@@ -19,6 +19,7 @@
 //! the open period long over and took the half-open probe at once).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Breaker settings (`[breaker]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +217,50 @@ impl CircuitBreaker {
     }
 }
 
+/// The breaker admission of one attempt. A half-open probe that ends
+/// without a verdict (the client left, the attempt was replaced) frees the
+/// probe slot when dropped; a verdict is given at most once.
+#[derive(Debug)]
+pub struct BreakerTicket {
+    breaker: Arc<CircuitBreaker>,
+    admission: Admission,
+    settled: bool,
+}
+
+impl BreakerTicket {
+    pub fn new(breaker: Arc<CircuitBreaker>, admission: Admission) -> Self {
+        Self {
+            breaker,
+            admission,
+            settled: false,
+        }
+    }
+
+    /// The attempt's verdict: success (the engine answered).
+    pub fn success(&mut self) -> Option<Transition> {
+        if std::mem::replace(&mut self.settled, true) {
+            return None;
+        }
+        self.breaker.record_success(self.admission)
+    }
+
+    /// The attempt's verdict: a failure the breaker counts.
+    pub fn failure(&mut self, now_ms: u64, policy: &BreakerPolicy) -> Option<Transition> {
+        if std::mem::replace(&mut self.settled, true) {
+            return None;
+        }
+        self.breaker.record_failure(self.admission, now_ms, policy)
+    }
+}
+
+impl Drop for BreakerTicket {
+    fn drop(&mut self) {
+        if !self.settled && self.admission == Admission::Probe {
+            self.breaker.release_probe();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,5 +412,22 @@ mod tests {
         let word = Word::new(OPEN, false, TIME_MASK);
         assert_eq!((word.state(), word.probe()), (OPEN, false));
         assert_eq!(word.opened_at_ms(), TIME_MASK);
+    }
+
+    #[test]
+    fn a_probe_ticket_dropped_without_a_verdict_frees_the_slot_and_a_verdict_counts_once() {
+        let breaker = Arc::new(CircuitBreaker::default());
+        for _ in 0..3 {
+            fail(&breaker, 0);
+        }
+        let admission = breaker.try_admit(1000, &POLICY).unwrap();
+        drop(BreakerTicket::new(Arc::clone(&breaker), admission));
+        let admission = breaker.try_admit(1000, &POLICY);
+        assert_eq!(admission, Some(Admission::Probe), "the slot was freed");
+        let mut ticket = BreakerTicket::new(Arc::clone(&breaker), Admission::Probe);
+        assert!(ticket.success().is_some());
+        assert_eq!(ticket.failure(1000, &POLICY), None, "settled already");
+        drop(ticket);
+        assert_eq!(breaker.state(), BreakerState::Closed);
     }
 }

@@ -37,11 +37,11 @@ pub struct RouteContext<'a> {
 
 impl<'a> RouteContext<'a> {
     /// Upper bound, in bytes, on [`RouteContext::prompt`]: the conversation's
-    /// first 32 KiB (load-balancing spec).
+    /// first 32 KiB (docs/design/balancer.md).
     pub const MAX_PROMPT_BYTES: usize = 32 * 1024;
 
     /// The request's prompt size in thousands of tokens: the token-id count
-    /// when given, else the conversation's bytes / 4 (decisions.md).
+    /// when given, else the conversation's bytes / 4 (docs/design/defaults.md).
     pub fn prompt_ktokens(&self) -> f64 {
         let tokens = match self.token_ids {
             Some(ids) => ids.len() as f64,

@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use crate::views::TargetStatsView;
 use crate::LatencyModel;
 
-/// The gateway's latency EWMA weight (decisions.md).
+/// The gateway's latency EWMA weight (docs/design/defaults.md).
 const ALPHA: f64 = 0.3;
 
 #[derive(Debug)]

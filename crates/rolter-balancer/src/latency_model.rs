@@ -11,8 +11,8 @@
 //! this one costs, `w2` prefill cost per thousand prompt tokens. Three
 //! features and no more: batch composition, KV pressure and the engine's
 //! scheduling phase are invisible from the gateway, and a model with
-//! parameters it cannot observe fits noise (load-balancing spec, "Predicted-
-//! latency scheduling"; #853, after llm-d).
+//! parameters it cannot observe fits noise (docs/design/balancer.md,
+//! "predicted_latency"; #853, after llm-d).
 //!
 //! The coefficients are learned online by normalized least mean squares
 //! (Widrow & Hoff's LMS with the step divided by the feature vector's squared
@@ -64,10 +64,10 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// NLMS step: the fraction of the error a sample corrects at its own
-/// features (decisions.md).
+/// features (docs/design/defaults.md).
 pub const STEP: f64 = 0.15;
 
-/// Successful samples a model needs before it predicts anything (spec).
+/// Successful samples a model needs before it predicts anything (docs/design/defaults.md).
 pub const MIN_SAMPLES: u64 = 8;
 
 /// Longest latency a sample may report, in ms (10 minutes); longer ones are

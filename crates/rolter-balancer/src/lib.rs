@@ -48,6 +48,13 @@ pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 /// Indices refer to the route's target order as given at build time, and
 /// `loads.len()` is the number of targets.
 ///
+/// A strategy implements selection once, in either method: every strategy
+/// in this crate implements [`LoadBalancer::pick_eligible`] and takes
+/// `pick` from its default (every target eligible); one written elsewhere
+/// may implement `pick` alone and take `pick_eligible`'s default, which
+/// leaves skipping ineligible picks to the caller. Implementing neither
+/// would recurse: each default calls the other.
+///
 /// The `eligible` predicate must be a pure function of the index for the
 /// duration of one call: a strategy may ask about the same index more than
 /// once (counting, then choosing), and the weighted strategy asks while
@@ -59,14 +66,17 @@ pub trait LoadBalancer: Send + Sync {
 
     /// Picks a target with every target eligible; `None` only when the route
     /// has no targets.
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize>;
+    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
+        self.pick_eligible(ctx, loads, &|_| true)
+    }
 
     /// Picks a target among those for which `eligible` holds.
     ///
-    /// Every strategy in this crate overrides this and never returns an
+    /// Every strategy in this crate implements this and never returns an
     /// ineligible index while an eligible one exists; it returns `None` when
     /// nothing is eligible. The default, kept for strategies written outside
-    /// this crate, ignores `eligible` and leaves skipping to the caller.
+    /// this crate that implement `pick` only, ignores `eligible` and leaves
+    /// skipping to the caller.
     fn pick_eligible(
         &self,
         ctx: &RouteContext,
@@ -85,5 +95,34 @@ pub trait LoadBalancer: Send + Sync {
     /// nothing.
     fn report(&self) -> BalancerReport {
         BalancerReport::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Written outside the crate's style: `pick` alone.
+    struct AlwaysLast;
+
+    impl LoadBalancer for AlwaysLast {
+        fn name(&self) -> &'static str {
+            "always_last"
+        }
+        fn pick(&self, _ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
+            loads.len().checked_sub(1)
+        }
+    }
+
+    #[test]
+    fn either_method_carries_selection_through_the_other_default() {
+        let ctx = RouteContext::default();
+        let loads = [0, 0, 0];
+        // `pick` alone: `pick_eligible` defers to it, eligibility unread.
+        assert_eq!(AlwaysLast.pick_eligible(&ctx, &loads, &|i| i == 0), Some(2));
+        // `pick_eligible` alone (every strategy here): `pick` is "all eligible".
+        let rr = RoundRobin::new(3);
+        assert_eq!(rr.pick(&ctx, &loads), Some(0));
+        assert_eq!(rr.pick_eligible(&ctx, &loads, &|i| i == 2), Some(2));
     }
 }

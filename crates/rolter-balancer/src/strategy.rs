@@ -111,7 +111,7 @@ impl StrategyKind {
         Self::ALL.iter().copied().find(|kind| kind.as_str() == name)
     }
 
-    /// Whether the strategy consults the targets' weights. Per the spec only
+    /// Whether the strategy consults the targets' weights. Per docs/design/balancer.md only
     /// weighted, pipeline (its static-weight scorer) and adaptive (its
     /// fallback stack) do. Everything else is built from the target count
     /// alone, so a weight on one of its targets is stored and never read —
@@ -187,7 +187,7 @@ pub struct TargetSpec<'a> {
 
 impl<'a> TargetSpec<'a> {
     /// Adapters remembered per target when the provider does not say
-    /// (decisions.md; vLLM's default `--max-loras` is smaller, fleets that
+    /// (docs/design/defaults.md; vLLM's default `--max-loras` is smaller, fleets that
     /// serve many adapters raise it).
     pub const DEFAULT_MAX_ADAPTERS: usize = 8;
 
@@ -222,7 +222,7 @@ pub struct AdaptivePolicy {
 }
 
 impl Default for AdaptivePolicy {
-    /// The specification's defaults: off, 1.0 / 0.5 / 0.25, 5 %, 50 samples.
+    /// The defaults of docs/design/defaults.md: off, 1.0 / 0.5 / 0.25, 5 %, 50 samples.
     fn default() -> Self {
         Self {
             enabled: false,

@@ -1,4 +1,4 @@
-//! config.md's own example: everything in it validates (provider groups,
+//! The example of docs/design/configuration.md: everything in it validates (provider groups,
 //! the catalog, the adaptive policy, health, breaker and parking, TLS, the
 //! access log, engine telemetry, key limits and the control plane
 //! included), except that its `[control_plane]` is refused under its
@@ -30,7 +30,7 @@ base_url = "https://10.0.0.12"
 
 [[routes]]
 model = "qwen-chat"                # public model name clients send
-strategy = "weighted"              # any strategy of load-balancing.md
+strategy = "weighted"              # any strategy of docs/design/balancer.md
 targets = [
   { provider = "gpu-a", model = "Qwen/Qwen3-8B" },            # model: upstream name (default: the public one)
   { provider = "gpu-b", model = "Qwen/Qwen3-8B", weight = 2 }, # weight: default 1
@@ -58,7 +58,7 @@ name = "ops"
 token_env = "ROLTER_ADMIN_TOKEN"
 role = "superadmin"                # superadmin | admin | viewer
 
-[adaptive_routing]                 # deployment-wide policy (see load-balancing.md)
+[adaptive_routing]                 # deployment-wide policy (see docs/design/balancer.md)
 enabled = false
 latency_weight = 1.0
 cost_weight = 0.5
@@ -185,7 +185,7 @@ fn contract_example_without_unimplemented_parts_validates() {
     );
 }
 
-/// config.md's example verbatim, gpu-b added.
+/// The contract's example verbatim, as docs/design/configuration.md shows it.
 pub(super) const CONTRACT_EXAMPLE_VERBATIM: &str = r#"
 [server]
 listen = ["0.0.0.0:8080"]
@@ -294,6 +294,17 @@ internal_token_env = "ROLTER_INTERNAL_TOKEN"
 node_id = ""
 "#;
 
+#[test]
+fn the_design_document_shows_the_contract_example_verbatim() {
+    let document = include_str!("../../../docs/design/configuration.md");
+    let block = document
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block in docs/design/configuration.md");
+    assert_eq!(block.trim(), CONTRACT_EXAMPLE_VERBATIM.trim());
+}
+
 /// The example's own TLS paths, which do not exist on a test machine.
 const EXAMPLE_CERT: &str = "/etc/rolter/tls/api.pem";
 const EXAMPLE_KEY: &str = "/etc/rolter/tls/api.key";
@@ -348,7 +359,7 @@ fn contract_example_verbatim_fails_only_on_its_paths_and_its_standalone_control_
     assert_eq!(got, expected, "{}", ConfigErrors(errors.clone()));
 }
 
-/// config.md's example with its TLS paths pointing at files that exist and
+/// the contract's example with its TLS paths pointing at files that exist and
 /// without `[control_plane]`: everything else in it is implemented.
 #[test]
 fn contract_example_with_real_files_validates_every_edge_and_telemetry_field() {
@@ -453,7 +464,7 @@ fn example_with_files(files: &TlsFiles) -> String {
         .replace(EXAMPLE_CA, &files.ca)
 }
 
-/// config.md's example as a control node's file: everything in it is
+/// the contract's example as a control node's file: everything in it is
 /// allowed, and its control-plane `url` is said to have no effect.
 #[test]
 fn contract_example_as_a_control_node_validates_with_its_database() {
@@ -494,7 +505,7 @@ fn contract_example_as_a_control_node_validates_with_its_database() {
     );
 }
 
-/// config.md's example as a gateway's file: every fleet section is refused,
+/// the contract's example as a gateway's file: every fleet section is refused,
 /// each at its line; `[server]`, `[control_plane]` and `[[admin_tokens]]`
 /// are not.
 #[test]

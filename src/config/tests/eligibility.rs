@@ -1,4 +1,4 @@
-//! `[health]`, `[breaker]` and `[parking]`: decisions.md's defaults, the
+//! `[health]`, `[breaker]` and `[parking]`: the defaults of docs/design/defaults.md, the
 //! bounds of every field, and the two rules that tie fields together.
 
 use super::*;

@@ -1,7 +1,7 @@
 //! `[adaptive_routing]`: the deployment-wide policy of the `adaptive`
 //! strategy.
 //!
-//! load-balancing.md: "Operator input is clamped on the way in: negative
+//! docs/design/balancer.md, "adaptive": "Operator input is clamped on the way in: negative
 //! weights become zero and exploration never exceeds half the traffic." A
 //! clamp is not an error (the control-plane API accepts the same input), but
 //! the value used is not the value written, so each clamp is a warning that

@@ -23,7 +23,7 @@ use super::{Env, Validator};
 /// The top-level sections a gateway's own file may hold.
 const GATEWAY_FILE_SECTIONS: &[&str] = &["server", "control_plane", "admin_tokens"];
 
-/// How config.md writes a top-level section.
+/// How the contract's example writes a top-level section.
 fn header(section: &str) -> String {
     match section {
         "providers" | "routes" | "provider_groups" | "catalog" | "api_keys" | "admin_tokens" => {
@@ -168,7 +168,7 @@ impl Validator<'_> {
             }
         };
 
-        // config.md's example writes `node_id = ""` for "the default".
+        // the contract's example writes `node_id = ""` for "the default".
         let node_id = match table.node_id.filter(|id| !id.is_empty()) {
             None => Some(host_name(self.env)),
             Some(id) if is_node_id(&id) => Some(id),

@@ -1,7 +1,7 @@
 //! `[health]`, `[breaker]` and `[parking]`: the three settings from which the
-//! gateway decides whether a target is eligible (decisions.md, Gateway).
+//! gateway decides whether a target is eligible (docs/design/defaults.md, "Gateway").
 //!
-//! Every field is optional, with decisions.md's default. Each number has a
+//! Every field is optional, with its default in docs/design/defaults.md. Each number has a
 //! lower bound that keeps the mechanism meaningful (a zero interval probes in
 //! a busy loop, a zero threshold opens a breaker before any failure) and an
 //! upper bound that catches a unit mistake, most often milliseconds written

@@ -10,7 +10,7 @@ use super::super::{Route, RouteTarget};
 use super::providers::{known_providers, resolve_provider, ProviderEntry};
 use super::Validator;
 
-/// Strategies of load-balancing.md that `StrategyKind` does not have yet.
+/// Strategies of docs/design/balancer.md that `StrategyKind` does not have yet.
 /// Checked after `StrategyKind::from_name`, so one that lands there stops
 /// being refused here without an edit.
 const NOT_YET_STRATEGIES: &[&str] = &[
@@ -182,7 +182,7 @@ impl Validator<'_> {
 
     /// The weight of the target or group member at `field`: at least 1,
     /// default 1. A weight written under a strategy that never reads weights
-    /// is stored and never consulted (load-balancing.md), so it draws a
+    /// is stored and never consulted (docs/design/balancer.md), so it draws a
     /// warning instead of silently suggesting a traffic share.
     pub(super) fn weight(
         &mut self,

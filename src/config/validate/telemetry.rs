@@ -1,6 +1,6 @@
 //! A provider's engine telemetry: `[providers.kv_events]` (vLLM's KV-cache
 //! event stream, for `precise_cache_aware`) and `[providers.lmcache]` (an
-//! occupancy signal, for `lmcache_aware`). Formats: spec/wire-formats.md.
+//! occupancy signal, for `lmcache_aware`). Formats: docs/design/wire-formats.md.
 //!
 //! A data-parallel engine runs one publisher per rank, rank r on the
 //! configured port + r, so the whole port range of every rank must fit

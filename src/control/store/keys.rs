@@ -7,9 +7,8 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
-use sqlx::PgConnection;
 
-use super::resource::{from_bigint, Resource, ResourceKind};
+use super::resource::{from_bigint, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::file::{
     AdminTokenTable, ApiKeyTable, ConfigFile, SaltedDigestTable, DEFAULT_ADMIN_ROLE,
@@ -86,24 +85,27 @@ fn public_without(
     value
 }
 
-const API_KEY_COLUMNS: &str =
-    "name, key_id, salt, key_hash, models, providers, rpm, max_concurrent";
-
 #[async_trait]
 impl Resource for ApiKeys {
     type Row = ApiKeyTable;
     const KIND: ResourceKind = ResourceKind::ApiKey;
+    const TABLE: &'static str = "api_keys";
+    const COLUMNS: &'static [&'static str] = &[
+        "key_id",
+        "salt",
+        "key_hash",
+        "models",
+        "providers",
+        "rpm",
+        "max_concurrent",
+    ];
 
-    fn key(row: &ApiKeyTable) -> Option<String> {
-        row.name.clone()
+    fn key_field(row: &ApiKeyTable) -> &Option<String> {
+        &row.name
     }
 
-    fn set_key(row: &mut ApiKeyTable, key: &str) {
-        row.name = Some(key.to_owned());
-    }
-
-    fn key_written(row: &ApiKeyTable) -> Option<&str> {
-        row.name.as_deref()
+    fn key_field_mut(row: &mut ApiKeyTable) -> &mut Option<String> {
+        &mut row.name
     }
 
     fn rows(document: &ConfigFile) -> &Vec<ApiKeyTable> {
@@ -126,93 +128,24 @@ impl Resource for ApiKeys {
         )
     }
 
-    async fn select_all(conn: &mut PgConnection) -> Result<Vec<ApiKeyTable>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY created_at, name"
-        ))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(StoreError::database("listing API keys"))?;
-        rows.iter().map(api_key).collect()
+    fn from_row(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
+        api_key(row)
     }
 
-    async fn select_one(
-        conn: &mut PgConnection,
+    fn bind_columns<'q>(
+        query: PgQuery<'q>,
         key: &str,
-    ) -> Result<Option<ApiKeyTable>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE name = $1"
-        ))
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::database(format!("reading API key `{key}`")))?;
-        row.as_ref().map(api_key).transpose()
-    }
-
-    async fn insert(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &ApiKeyTable,
-    ) -> Result<(), StoreError> {
+        row: &'q ApiKeyTable,
+    ) -> Result<PgQuery<'q>, StoreError> {
         let digest = api_key_digest(key, row)?;
-        sqlx::query(
-            "INSERT INTO api_keys (name, key_id, salt, key_hash, models, providers, rpm, \
-             max_concurrent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(key)
-        .bind(digest.id)
-        .bind(digest.salt)
-        .bind(digest.sha256)
-        .bind(&row.models)
-        .bind(&row.providers)
-        .bind(row.rpm.map(i64::from))
-        .bind(row.max_concurrent.map(i64::from))
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            ResourceKind::ApiKey,
-            key,
-            &format!("inserting API key `{key}`"),
-        ))?;
-        Ok(())
-    }
-
-    async fn update(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &ApiKeyTable,
-    ) -> Result<bool, StoreError> {
-        let digest = api_key_digest(key, row)?;
-        let done = sqlx::query(
-            "UPDATE api_keys SET key_id = $2, salt = $3, key_hash = $4, models = $5, \
-             providers = $6, rpm = $7, max_concurrent = $8, updated_at = now() WHERE name = $1",
-        )
-        .bind(key)
-        .bind(digest.id)
-        .bind(digest.salt)
-        .bind(digest.sha256)
-        .bind(&row.models)
-        .bind(&row.providers)
-        .bind(row.rpm.map(i64::from))
-        .bind(row.max_concurrent.map(i64::from))
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            ResourceKind::ApiKey,
-            key,
-            &format!("updating API key `{key}`"),
-        ))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM api_keys WHERE name = $1")
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!("deleting API key `{key}`")))?;
-        Ok(done.rows_affected() == 1)
+        Ok(query
+            .bind(digest.id)
+            .bind(digest.salt)
+            .bind(digest.sha256)
+            .bind(&row.models)
+            .bind(&row.providers)
+            .bind(row.rpm.map(i64::from))
+            .bind(row.max_concurrent.map(i64::from)))
     }
 }
 
@@ -251,23 +184,19 @@ fn api_key(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
     })
 }
 
-const ADMIN_TOKEN_COLUMNS: &str = "name, token_id, salt, token_hash, role";
-
 #[async_trait]
 impl Resource for AdminTokens {
     type Row = AdminTokenTable;
     const KIND: ResourceKind = ResourceKind::AdminToken;
+    const TABLE: &'static str = "admin_tokens";
+    const COLUMNS: &'static [&'static str] = &["token_id", "salt", "token_hash", "role"];
 
-    fn key(row: &AdminTokenTable) -> Option<String> {
-        row.name.clone()
+    fn key_field(row: &AdminTokenTable) -> &Option<String> {
+        &row.name
     }
 
-    fn set_key(row: &mut AdminTokenTable, key: &str) {
-        row.name = Some(key.to_owned());
-    }
-
-    fn key_written(row: &AdminTokenTable) -> Option<&str> {
-        row.name.as_deref()
+    fn key_field_mut(row: &mut AdminTokenTable) -> &mut Option<String> {
+        &mut row.name
     }
 
     fn rows(document: &ConfigFile) -> &Vec<AdminTokenTable> {
@@ -290,89 +219,21 @@ impl Resource for AdminTokens {
         )
     }
 
-    async fn select_all(conn: &mut PgConnection) -> Result<Vec<AdminTokenTable>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ADMIN_TOKEN_COLUMNS} FROM admin_tokens ORDER BY created_at, name"
-        ))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(StoreError::database("listing admin tokens"))?;
-        rows.iter().map(admin_token).collect()
+    fn from_row(row: &PgRow) -> Result<AdminTokenTable, StoreError> {
+        admin_token(row)
     }
 
-    async fn select_one(
-        conn: &mut PgConnection,
+    fn bind_columns<'q>(
+        query: PgQuery<'q>,
         key: &str,
-    ) -> Result<Option<AdminTokenTable>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {ADMIN_TOKEN_COLUMNS} FROM admin_tokens WHERE name = $1"
-        ))
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::database(format!("reading admin token `{key}`")))?;
-        row.as_ref().map(admin_token).transpose()
-    }
-
-    async fn insert(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &AdminTokenTable,
-    ) -> Result<(), StoreError> {
+        row: &'q AdminTokenTable,
+    ) -> Result<PgQuery<'q>, StoreError> {
         let digest = admin_token_digest(key, row)?;
-        sqlx::query(
-            "INSERT INTO admin_tokens (name, token_id, salt, token_hash, role) \
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(key)
-        .bind(digest.id)
-        .bind(digest.salt)
-        .bind(digest.sha256)
-        .bind(row.role.as_deref().unwrap_or(DEFAULT_ADMIN_ROLE))
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            ResourceKind::AdminToken,
-            key,
-            &format!("inserting admin token `{key}`"),
-        ))?;
-        Ok(())
-    }
-
-    async fn update(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &AdminTokenTable,
-    ) -> Result<bool, StoreError> {
-        let digest = admin_token_digest(key, row)?;
-        let done = sqlx::query(
-            "UPDATE admin_tokens SET token_id = $2, salt = $3, token_hash = $4, role = $5, \
-             updated_at = now() WHERE name = $1",
-        )
-        .bind(key)
-        .bind(digest.id)
-        .bind(digest.salt)
-        .bind(digest.sha256)
-        .bind(row.role.as_deref().unwrap_or(DEFAULT_ADMIN_ROLE))
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            ResourceKind::AdminToken,
-            key,
-            &format!("updating admin token `{key}`"),
-        ))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM admin_tokens WHERE name = $1")
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!(
-                "deleting admin token `{key}`"
-            )))?;
-        Ok(done.rows_affected() == 1)
+        Ok(query
+            .bind(digest.id)
+            .bind(digest.salt)
+            .bind(digest.sha256)
+            .bind(row.role.as_deref().unwrap_or(DEFAULT_ADMIN_ROLE)))
     }
 }
 

@@ -17,7 +17,7 @@ use super::{Store, StoreError};
 use crate::config::file::ConfigFile;
 
 /// The variable `rolter migrate` reads the URL from when given neither
-/// `--database-url-env` nor `--config` (spec/config.md's example).
+/// `--database-url-env` nor `--config` (the example of docs/design/configuration.md).
 pub const DEFAULT_DATABASE_URL_ENV: &str = "DATABASE_URL";
 
 /// A migration a run applied.

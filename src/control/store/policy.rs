@@ -1,5 +1,5 @@
 //! `adaptive_routing_policy`: the one row holding the deployment-wide
-//! `[adaptive_routing]` policy, stored sanitized (load-balancing.md:
+//! `[adaptive_routing]` policy, stored sanitized (docs/design/balancer.md, "adaptive":
 //! "Operator input is clamped on the way in").
 
 use chrono::{DateTime, Utc};
@@ -20,7 +20,7 @@ pub struct StoredPolicy {
     pub updated_by: Option<String>,
 }
 
-/// `table` as it is stored: unset fields take the specification's defaults,
+/// `table` as it is stored: unset fields take the defaults of docs/design/defaults.md,
 /// negative weights become 0, exploration is clamped to [0, 0.5]. A NaN or
 /// infinite value is left as it is, for validation to refuse.
 pub fn sanitize(table: &AdaptiveRoutingTable) -> AdaptiveRoutingTable {

@@ -3,9 +3,8 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
-use sqlx::PgConnection;
 
-use super::resource::{from_bigint, required, to_bigint, Resource, ResourceKind};
+use super::resource::{from_bigint, required, to_bigint, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::derive_slug;
 use crate::config::file::{ConfigFile, KvEventsTable, LmcacheTable, ProviderTable};
@@ -15,26 +14,35 @@ pub struct Providers;
 
 const KIND: ResourceKind = ResourceKind::Provider;
 
-const COLUMNS: &str =
-    "slug, name, base_url, api_key_env, health_path, ca_file, tls_verify, max_loras, kv_events, lmcache";
-
 #[async_trait]
 impl Resource for Providers {
     type Row = ProviderTable;
     const KIND: ResourceKind = KIND;
+    const TABLE: &'static str = "providers";
+    const COLUMNS: &'static [&'static str] = &[
+        "name",
+        "base_url",
+        "api_key_env",
+        "health_path",
+        "ca_file",
+        "tls_verify",
+        "max_loras",
+        "kv_events",
+        "lmcache",
+    ];
+
+    fn key_field(row: &ProviderTable) -> &Option<String> {
+        &row.slug
+    }
+
+    fn key_field_mut(row: &mut ProviderTable) -> &mut Option<String> {
+        &mut row.slug
+    }
 
     fn key(row: &ProviderTable) -> Option<String> {
         row.slug
             .clone()
             .or_else(|| row.name.as_deref().map(derive_slug))
-    }
-
-    fn set_key(row: &mut ProviderTable, key: &str) {
-        row.slug = Some(key.to_owned());
-    }
-
-    fn key_written(row: &ProviderTable) -> Option<&str> {
-        row.slug.as_deref()
     }
 
     fn rows(document: &ConfigFile) -> &Vec<ProviderTable> {
@@ -45,97 +53,26 @@ impl Resource for Providers {
         &mut document.providers
     }
 
-    async fn select_all(conn: &mut PgConnection) -> Result<Vec<ProviderTable>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM providers ORDER BY created_at, slug"
-        ))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(StoreError::database("listing providers"))?;
-        rows.iter().map(provider).collect()
+    fn from_row(row: &PgRow) -> Result<ProviderTable, StoreError> {
+        provider(row)
     }
 
-    async fn select_one(
-        conn: &mut PgConnection,
+    fn bind_columns<'q>(
+        query: PgQuery<'q>,
         key: &str,
-    ) -> Result<Option<ProviderTable>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM providers WHERE slug = $1"))
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!("reading provider `{key}`")))?;
-        row.as_ref().map(provider).transpose()
-    }
-
-    async fn insert(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &ProviderTable,
-    ) -> Result<(), StoreError> {
+        row: &'q ProviderTable,
+    ) -> Result<PgQuery<'q>, StoreError> {
         let values = Values::of(key, row)?;
-        sqlx::query(
-            "INSERT INTO providers (slug, name, base_url, api_key_env, health_path, ca_file, \
-             tls_verify, max_loras, kv_events, lmcache) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(key)
-        .bind(values.name)
-        .bind(values.base_url)
-        .bind(&row.api_key_env)
-        .bind(&row.health_path)
-        .bind(&row.ca_file)
-        .bind(row.tls_verify)
-        .bind(values.max_loras)
-        .bind(values.kv_events)
-        .bind(values.lmcache)
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            KIND,
-            key,
-            &format!("inserting provider `{key}`"),
-        ))?;
-        Ok(())
-    }
-
-    async fn update(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &ProviderTable,
-    ) -> Result<bool, StoreError> {
-        let values = Values::of(key, row)?;
-        let done = sqlx::query(
-            "UPDATE providers SET name = $2, base_url = $3, api_key_env = $4, health_path = $5, \
-             ca_file = $6, tls_verify = $7, max_loras = $8, kv_events = $9, lmcache = $10, \
-             updated_at = now() WHERE slug = $1",
-        )
-        .bind(key)
-        .bind(values.name)
-        .bind(values.base_url)
-        .bind(&row.api_key_env)
-        .bind(&row.health_path)
-        .bind(&row.ca_file)
-        .bind(row.tls_verify)
-        .bind(values.max_loras)
-        .bind(values.kv_events)
-        .bind(values.lmcache)
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            KIND,
-            key,
-            &format!("updating provider `{key}`"),
-        ))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM providers WHERE slug = $1")
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!("deleting provider `{key}`")))?;
-        Ok(done.rows_affected() == 1)
+        Ok(query
+            .bind(values.name)
+            .bind(values.base_url)
+            .bind(&row.api_key_env)
+            .bind(&row.health_path)
+            .bind(&row.ca_file)
+            .bind(row.tls_verify)
+            .bind(values.max_loras)
+            .bind(values.kv_events)
+            .bind(values.lmcache))
     }
 }
 

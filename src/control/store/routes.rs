@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
-use super::resource::{from_bigint, required, Resource, ResourceKind};
+use super::resource::{from_bigint, required, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::derive_slug;
 use crate::config::file::{
@@ -33,8 +33,6 @@ struct Child {
 /// How the two parent/child pairs differ.
 struct Tables {
     kind: ResourceKind,
-    parent: &'static str,
-    parent_key: &'static str,
     children: &'static str,
     child_parent: &'static str,
     /// The list field of the file type, for messages.
@@ -43,8 +41,6 @@ struct Tables {
 
 const ROUTES: Tables = Tables {
     kind: ResourceKind::Route,
-    parent: "routes",
-    parent_key: "model",
     children: "route_targets",
     child_parent: "route",
     child_field: "targets",
@@ -52,8 +48,6 @@ const ROUTES: Tables = Tables {
 
 const GROUPS: Tables = Tables {
     kind: ResourceKind::ProviderGroup,
-    parent: "provider_groups",
-    parent_key: "slug",
     children: "provider_group_members",
     child_parent: "group_slug",
     child_field: "members",
@@ -170,20 +164,20 @@ impl Tables {
         Ok(())
     }
 
-    async fn delete(&self, conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(&format!(
-            "DELETE FROM {parent} WHERE {parent_key} = $1",
-            parent = self.parent,
-            parent_key = self.parent_key,
-        ))
-        .bind(key)
-        .execute(&mut *conn)
-        .await
-        .map_err(StoreError::database(format!(
-            "deleting {} `{key}`",
-            self.kind.noun()
-        )))?;
-        Ok(done.rows_affected() == 1)
+    /// The children of the parents `keys`, by parent key: one query for
+    /// one parent, one for the whole table otherwise.
+    async fn children_by_parent(
+        &self,
+        conn: &mut PgConnection,
+        keys: &[Option<&str>],
+    ) -> Result<HashMap<String, Vec<Child>>, StoreError> {
+        match keys {
+            [Some(key)] => {
+                let children = self.children_of(conn, key).await?;
+                Ok(HashMap::from([((*key).to_owned(), children)]))
+            }
+            _ => self.children_of_all(conn).await,
+        }
     }
 }
 
@@ -229,17 +223,15 @@ fn members(children: Vec<Child>) -> Vec<GroupMemberEntry> {
 impl Resource for Routes {
     type Row = RouteTable;
     const KIND: ResourceKind = ResourceKind::Route;
+    const TABLE: &'static str = "routes";
+    const COLUMNS: &'static [&'static str] = &["strategy"];
 
-    fn key(row: &RouteTable) -> Option<String> {
-        row.model.clone()
+    fn key_field(row: &RouteTable) -> &Option<String> {
+        &row.model
     }
 
-    fn set_key(row: &mut RouteTable, key: &str) {
-        row.model = Some(key.to_owned());
-    }
-
-    fn key_written(row: &RouteTable) -> Option<&str> {
-        row.model.as_deref()
+    fn key_field_mut(row: &mut RouteTable) -> &mut Option<String> {
+        &mut row.model
     }
 
     fn rows(document: &ConfigFile) -> &Vec<RouteTable> {
@@ -250,90 +242,43 @@ impl Resource for Routes {
         &mut document.routes
     }
 
-    async fn select_all(conn: &mut PgConnection) -> Result<Vec<RouteTable>, StoreError> {
-        let rows = sqlx::query("SELECT model, strategy FROM routes ORDER BY created_at, model")
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(StoreError::database("listing routes"))?;
-        let mut children = ROUTES.children_of_all(conn).await?;
-        rows.iter()
-            .map(|row| {
-                let model: String = column(row, "model", "routes")?;
-                Ok(RouteTable {
-                    strategy: column(row, "strategy", "routes")?,
-                    targets: Some(targets(children.remove(&model).unwrap_or_default())),
-                    model: Some(model),
-                })
-            })
-            .collect()
+    fn from_row(row: &PgRow) -> Result<RouteTable, StoreError> {
+        Ok(RouteTable {
+            model: Some(column(row, "model", "routes")?),
+            strategy: column(row, "strategy", "routes")?,
+            targets: None,
+        })
     }
 
-    async fn select_one(
+    fn bind_columns<'q>(
+        query: PgQuery<'q>,
+        _key: &str,
+        row: &'q RouteTable,
+    ) -> Result<PgQuery<'q>, StoreError> {
+        Ok(query.bind(&row.strategy))
+    }
+
+    async fn read_children(
         conn: &mut PgConnection,
-        key: &str,
-    ) -> Result<Option<RouteTable>, StoreError> {
-        let row = sqlx::query("SELECT strategy FROM routes WHERE model = $1")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!("reading route `{key}`")))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        Ok(Some(RouteTable {
-            model: Some(key.to_owned()),
-            strategy: column(&row, "strategy", "routes")?,
-            targets: Some(targets(ROUTES.children_of(conn, key).await?)),
-        }))
+        rows: &mut [RouteTable],
+    ) -> Result<(), StoreError> {
+        let keys: Vec<Option<&str>> = rows.iter().map(|r| r.model.as_deref()).collect();
+        let mut children = ROUTES.children_by_parent(conn, &keys).await?;
+        for row in rows {
+            let mine = row.model.as_ref().and_then(|key| children.remove(key));
+            row.targets = Some(targets(mine.unwrap_or_default()));
+        }
+        Ok(())
     }
 
-    async fn insert(
+    async fn write_children(
         conn: &mut PgConnection,
         key: &str,
         row: &RouteTable,
     ) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO routes (model, strategy) VALUES ($1, $2)")
-            .bind(key)
-            .bind(&row.strategy)
-            .execute(&mut *conn)
-            .await
-            .map_err(super::error::write_error(
-                ResourceKind::Route,
-                key,
-                &format!("inserting route `{key}`"),
-            ))?;
         ROUTES
             .replace_children(conn, key, &target_children(row))
             .await
-    }
-
-    async fn update(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &RouteTable,
-    ) -> Result<bool, StoreError> {
-        let done =
-            sqlx::query("UPDATE routes SET strategy = $2, updated_at = now() WHERE model = $1")
-                .bind(key)
-                .bind(&row.strategy)
-                .execute(&mut *conn)
-                .await
-                .map_err(super::error::write_error(
-                    ResourceKind::Route,
-                    key,
-                    &format!("updating route `{key}`"),
-                ))?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        ROUTES
-            .replace_children(conn, key, &target_children(row))
-            .await?;
-        Ok(true)
-    }
-
-    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        ROUTES.delete(conn, key).await
     }
 }
 
@@ -341,19 +286,21 @@ impl Resource for Routes {
 impl Resource for ProviderGroups {
     type Row = ProviderGroupTable;
     const KIND: ResourceKind = ResourceKind::ProviderGroup;
+    const TABLE: &'static str = "provider_groups";
+    const COLUMNS: &'static [&'static str] = &["name", "strategy"];
+
+    fn key_field(row: &ProviderGroupTable) -> &Option<String> {
+        &row.slug
+    }
+
+    fn key_field_mut(row: &mut ProviderGroupTable) -> &mut Option<String> {
+        &mut row.slug
+    }
 
     fn key(row: &ProviderGroupTable) -> Option<String> {
         row.slug
             .clone()
             .or_else(|| row.name.as_deref().map(derive_slug))
-    }
-
-    fn set_key(row: &mut ProviderGroupTable, key: &str) {
-        row.slug = Some(key.to_owned());
-    }
-
-    fn key_written(row: &ProviderGroupTable) -> Option<&str> {
-        row.slug.as_deref()
     }
 
     fn rows(document: &ConfigFile) -> &Vec<ProviderGroupTable> {
@@ -364,101 +311,44 @@ impl Resource for ProviderGroups {
         &mut document.provider_groups
     }
 
-    async fn select_all(conn: &mut PgConnection) -> Result<Vec<ProviderGroupTable>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT slug, name, strategy FROM provider_groups ORDER BY created_at, slug",
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(StoreError::database("listing provider groups"))?;
-        let mut children = GROUPS.children_of_all(conn).await?;
-        rows.iter()
-            .map(|row| {
-                let slug: String = column(row, "slug", "provider_groups")?;
-                Ok(ProviderGroupTable {
-                    name: Some(column(row, "name", "provider_groups")?),
-                    strategy: column(row, "strategy", "provider_groups")?,
-                    members: Some(members(children.remove(&slug).unwrap_or_default())),
-                    slug: Some(slug),
-                })
-            })
-            .collect()
+    fn from_row(row: &PgRow) -> Result<ProviderGroupTable, StoreError> {
+        Ok(ProviderGroupTable {
+            slug: Some(column(row, "slug", "provider_groups")?),
+            name: Some(column(row, "name", "provider_groups")?),
+            strategy: column(row, "strategy", "provider_groups")?,
+            members: None,
+        })
     }
 
-    async fn select_one(
-        conn: &mut PgConnection,
+    fn bind_columns<'q>(
+        query: PgQuery<'q>,
         key: &str,
-    ) -> Result<Option<ProviderGroupTable>, StoreError> {
-        let row = sqlx::query("SELECT name, strategy FROM provider_groups WHERE slug = $1")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(StoreError::database(format!(
-                "reading provider group `{key}`"
-            )))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        Ok(Some(ProviderGroupTable {
-            name: Some(column(&row, "name", "provider_groups")?),
-            slug: Some(key.to_owned()),
-            strategy: column(&row, "strategy", "provider_groups")?,
-            members: Some(members(GROUPS.children_of(conn, key).await?)),
-        }))
+        row: &'q ProviderGroupTable,
+    ) -> Result<PgQuery<'q>, StoreError> {
+        let name = required(ResourceKind::ProviderGroup, key, "name", &row.name)?;
+        Ok(query.bind(name).bind(&row.strategy))
     }
 
-    async fn insert(
+    async fn read_children(
+        conn: &mut PgConnection,
+        rows: &mut [ProviderGroupTable],
+    ) -> Result<(), StoreError> {
+        let keys: Vec<Option<&str>> = rows.iter().map(|r| r.slug.as_deref()).collect();
+        let mut children = GROUPS.children_by_parent(conn, &keys).await?;
+        for row in rows {
+            let mine = row.slug.as_ref().and_then(|key| children.remove(key));
+            row.members = Some(members(mine.unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    async fn write_children(
         conn: &mut PgConnection,
         key: &str,
         row: &ProviderGroupTable,
     ) -> Result<(), StoreError> {
-        let name = required(ResourceKind::ProviderGroup, key, "name", &row.name)?;
-        sqlx::query("INSERT INTO provider_groups (slug, name, strategy) VALUES ($1, $2, $3)")
-            .bind(key)
-            .bind(name)
-            .bind(&row.strategy)
-            .execute(&mut *conn)
-            .await
-            .map_err(super::error::write_error(
-                ResourceKind::ProviderGroup,
-                key,
-                &format!("inserting provider group `{key}`"),
-            ))?;
         GROUPS
             .replace_children(conn, key, &member_children(row))
             .await
-    }
-
-    async fn update(
-        conn: &mut PgConnection,
-        key: &str,
-        row: &ProviderGroupTable,
-    ) -> Result<bool, StoreError> {
-        let name = required(ResourceKind::ProviderGroup, key, "name", &row.name)?;
-        let done = sqlx::query(
-            "UPDATE provider_groups SET name = $2, strategy = $3, updated_at = now() \
-             WHERE slug = $1",
-        )
-        .bind(key)
-        .bind(name)
-        .bind(&row.strategy)
-        .execute(&mut *conn)
-        .await
-        .map_err(super::error::write_error(
-            ResourceKind::ProviderGroup,
-            key,
-            &format!("updating provider group `{key}`"),
-        ))?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        GROUPS
-            .replace_children(conn, key, &member_children(row))
-            .await?;
-        Ok(true)
-    }
-
-    async fn delete(conn: &mut PgConnection, key: &str) -> Result<bool, StoreError> {
-        GROUPS.delete(conn, key).await
     }
 }

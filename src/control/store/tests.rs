@@ -77,7 +77,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
             ..Default::default()
         };
         assert_eq!(document, empty);
-        // The migration's policy is the specification's defaults.
+        // The migration's policy is the defaults of docs/design/defaults.md.
         let defaults = rolter_balancer::AdaptivePolicy::default();
         let policy = store.get_policy().await.unwrap();
         assert_eq!(policy.policy.enabled, Some(defaults.enabled));

@@ -1,5 +1,5 @@
 // The node's APIs, as the dashboard uses them: the control API under
-// /api/v1/ (every node answers the read side; see src/control/http.rs) and
+// /api/v1/ (every node answers the read side; see src/admin/control.rs) and
 // the admin endpoints under /admin/. Every call carries the admin token.
 
 export type Role = "viewer" | "admin" | "superadmin";

@@ -1,5 +1,5 @@
 // The strategy picker of the route and provider-group editors, as pure
-// functions (load-balancing.md, "Selecting a strategy from the dashboard").
+// functions (docs/design/balancer.md, "Choosing a strategy in the dashboard").
 //
 // - It offers every strategy except `adaptive`, which the deployment-wide
 //   policy governs from its own screen.

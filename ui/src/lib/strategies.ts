@@ -7,7 +7,7 @@
 // reads both literals below and fails when they drift from the backend, so
 // keep them as plain string arrays: a strategy added to the backend must be
 // added here, or the dashboard would tell operators its weights do nothing
-// (load-balancing.md, "Which strategies read a target's weight").
+// (docs/design/balancer.md, "Strategies").
 
 export const STRATEGIES = [
   "round_robin",

@@ -13,7 +13,7 @@
 //! scores 0 — exactly what a fresh index with nothing resident scores. That
 //! is the one reading that is neutral about the unknown target: when every
 //! target is unknown, every score is 0 and the rest of the stack (least
-//! load) decides, as the specification requires; when some targets report
+//! load) decides, as docs/design/balancer.md requires; when some targets report
 //! blocks, only positive evidence ranks a target up, and a target whose
 //! stream broke is ranked exactly like a known-cold one — neither rewarded
 //! for its silence (which would steer traffic toward broken streams) nor

@@ -4,7 +4,7 @@
 //! Learning happens in `observe`: the session is pinned to the target that
 //! served it, replacing any earlier pin. A pin lives for the TTL after the
 //! session was last served ([`SessionAffinityScorer::DEFAULT_TTL_MS`], 300 s
-//! per decisions.md), measured on the gateway's monotonic clock passed as
+//! per docs/design/defaults.md), measured on the gateway's monotonic clock passed as
 //! `ctx.now_ms`; an engine evicts an idle conversation's KV long before a
 //! stale pin would be worth honouring.
 //!
@@ -58,7 +58,7 @@ struct Pin {
 
 impl SessionAffinityScorer {
     /// How long a pin outlives the session's last served request: 300 s
-    /// (decisions.md).
+    /// (docs/design/defaults.md).
     pub const DEFAULT_TTL_MS: u64 = 300_000;
 
     /// Sessions remembered at once. At roughly 50 bytes per session this

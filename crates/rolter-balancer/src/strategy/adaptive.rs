@@ -1,6 +1,6 @@
 //! adaptive: a weighted blend of observed latency, catalog cost and in-flight
 //! load, governed by the deployment-wide `[adaptive_routing]` policy
-//! (load-balancing spec, "Adaptive routing", "Warm-up", "Telemetry").
+//! (docs/design/balancer.md, "adaptive").
 //!
 //! # Engagement
 //!
@@ -38,7 +38,7 @@
 //!
 //! # Blend and exploration
 //!
-//! Target weights are read by the fallback stack only (spec: adaptive reads
+//! Target weights are read by the fallback stack only (docs/design/balancer.md: adaptive reads
 //! weights through its fallback); the blend ranks every eligible target.
 //! Once engaged, an `exploration_ratio` share of picks is uniform over the
 //! eligible targets (counted as exploration), so a target the blend avoids
@@ -111,14 +111,14 @@ pub struct Adaptive {
 
 impl Adaptive {
     /// Warm-up picks a target without a latency sample may receive in total
-    /// (spec: eight, see the module documentation).
+    /// (eight, see the module documentation and docs/design/balancer.md).
     pub const WARM_UP_PICKS: u64 = 8;
 
     /// Targets with a latency sample the route needs before the blend
-    /// engages (spec).
+    /// engages (docs/design/defaults.md).
     pub const MIN_SAMPLED_TARGETS: usize = 2;
 
-    /// Upper bound of the exploration share (spec).
+    /// Upper bound of the exploration share (docs/design/defaults.md).
     pub const MAX_EXPLORATION_RATIO: f64 = 0.5;
 
     /// The adaptive strategy over `targets` (their prices are read; the
@@ -331,10 +331,6 @@ impl Adaptive {
 impl LoadBalancer for Adaptive {
     fn name(&self) -> &'static str {
         "adaptive"
-    }
-
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
     }
 
     fn pick_eligible(

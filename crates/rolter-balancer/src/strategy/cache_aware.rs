@@ -99,11 +99,11 @@ impl CacheAware {
     pub const WARM_MATCH_BYTES: usize = 4 * 1024;
 
     /// The guard lets a warm target keep a request while it runs at most
-    /// this many (load-balancing spec: "more than 2 requests").
+    /// this many (docs/design/defaults.md: "more than 2 requests").
     pub const GUARD_MIN_LOAD: u64 = 2;
 
     /// ... or at most this many times the least loaded eligible target's
-    /// load (load-balancing spec: "1.5×"), as numerator / denominator so the
+    /// load (docs/design/defaults.md: "1.5×"), as numerator / denominator so the
     /// comparison is exact on integer loads.
     pub const GUARD_LOAD_RATIO: (u64, u64) = (3, 2);
 
@@ -165,10 +165,6 @@ impl CacheAware {
 impl LoadBalancer for CacheAware {
     fn name(&self) -> &'static str {
         "cache_aware"
-    }
-
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
     }
 
     fn pick_eligible(

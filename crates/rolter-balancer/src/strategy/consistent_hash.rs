@@ -51,7 +51,7 @@ pub struct ConsistentHash {
 }
 
 impl ConsistentHash {
-    /// Virtual nodes placed on the ring per target (load-balancing spec).
+    /// Virtual nodes placed on the ring per target (docs/design/balancer.md).
     pub const VNODES_PER_TARGET: u32 = 100;
 
     /// A ring over targets with the given stable identities, in target order.
@@ -100,10 +100,6 @@ impl ConsistentHash {
 impl LoadBalancer for ConsistentHash {
     fn name(&self) -> &'static str {
         "consistent_hash"
-    }
-
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
     }
 
     fn pick_eligible(

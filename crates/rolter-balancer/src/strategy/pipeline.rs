@@ -104,20 +104,20 @@ struct LastPick {
 }
 
 impl Pipeline {
-    /// Stage weights of the `pipeline` strategy (decisions.md).
+    /// Stage weights of the `pipeline` strategy (docs/design/defaults.md).
     pub const SESSION_WEIGHT: f64 = 1.0;
     pub const STATIC_WEIGHT: f64 = 1.0;
     pub const LOAD_WEIGHT: f64 = 1.0;
     pub const PREFIX_WEIGHT: f64 = 1.0;
-    /// Stage weights of `precise_cache_aware` (decisions.md): KV events 1.0,
+    /// Stage weights of `precise_cache_aware` (docs/design/defaults.md): KV events 1.0,
     /// load 0.25.
     pub const PRECISE_KV_WEIGHT: f64 = 1.0;
     pub const PRECISE_LOAD_WEIGHT: f64 = 0.25;
-    /// Stage weights of `lmcache_aware` (decisions.md): free capacity 1.0,
+    /// Stage weights of `lmcache_aware` (docs/design/defaults.md): free capacity 1.0,
     /// load 0.25.
     pub const LMCACHE_FREE_CAPACITY_WEIGHT: f64 = 1.0;
     pub const LMCACHE_LOAD_WEIGHT: f64 = 0.25;
-    /// Stage weights of `lora_aware` (decisions.md): adapter 1.0, prefix
+    /// Stage weights of `lora_aware` (docs/design/defaults.md): adapter 1.0, prefix
     /// 0.5, load 0.25.
     pub const LORA_ADAPTER_WEIGHT: f64 = 1.0;
     pub const LORA_PREFIX_WEIGHT: f64 = 0.5;
@@ -146,7 +146,7 @@ impl Pipeline {
         }
     }
 
-    /// The default stack of the `pipeline` strategy (decisions.md): session
+    /// The default stack of the `pipeline` strategy (docs/design/defaults.md): session
     /// affinity 1.0 (TTL 300 s, bounded map), static weight 1.0, in-flight
     /// load 1.0, prefix affinity 1.0; weight-0 targets sit out while a
     /// weighted one is usable.
@@ -271,10 +271,6 @@ impl fmt::Debug for Pipeline {
 impl LoadBalancer for Pipeline {
     fn name(&self) -> &'static str {
         self.name
-    }
-
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
     }
 
     fn pick_eligible(

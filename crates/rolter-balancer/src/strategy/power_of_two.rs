@@ -42,10 +42,6 @@ impl LoadBalancer for PowerOfTwo {
         "power_of_two"
     }
 
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
-    }
-
     fn pick_eligible(
         &self,
         _ctx: &RouteContext,

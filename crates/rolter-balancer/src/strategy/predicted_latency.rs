@@ -23,7 +23,7 @@
 //! least-load pipeline's) and because, once they are warm, it breaks the ties
 //! between targets the model rates equally — the common case on a
 //! homogeneous fleet. Its weight is the 0.25 every "signal plus load" stack
-//! uses (decisions.md), and is small for a reason of its own here: the
+//! uses (docs/design/defaults.md), and is small for a reason of its own here: the
 //! prediction already prices the queue, so load only needs to decide where
 //! the model's own noise (a few percent between identical targets) would.
 //! Both scorers are ratios to the best candidate, so 0.25 lets load overturn

@@ -37,10 +37,6 @@ impl LoadBalancer for RoundRobin {
         "round_robin"
     }
 
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
-    }
-
     fn pick_eligible(
         &self,
         _ctx: &RouteContext,

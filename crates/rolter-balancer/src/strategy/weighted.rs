@@ -55,10 +55,6 @@ impl LoadBalancer for WeightedRoundRobin {
         "weighted"
     }
 
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
-    }
-
     fn pick_eligible(
         &self,
         _ctx: &RouteContext,

@@ -31,10 +31,6 @@ impl LoadBalancer for Pinned {
         "pinned"
     }
 
-    fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
-    }
-
     fn pick_eligible(
         &self,
         _ctx: &RouteContext,

@@ -1,5 +1,5 @@
 //! `GET`/`PUT /api/v1/adaptive-routing-policy` (superadmin only): the
-//! deployment-wide `[adaptive_routing]` policy (load-balancing.md,
+//! deployment-wide `[adaptive_routing]` policy (docs/design/balancer.md,
 //! "Adaptive routing"). A change is validated with the whole document like
 //! any other write, stored sanitized, audited as
 //! `adaptive_routing_policy.update`, and answered with the routes and

@@ -18,12 +18,12 @@ use pingora::protocols::http::ServerSession;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
-use super::api::{ApiResponse, Caller, API_PREFIX};
-use super::node::ControlNode;
-use super::store::NodeReport;
-use super::telemetry::{self, PolicyView, TelemetryPush, NODE_ID_HEADER};
+use super::api::{ApiContext, ApiResponse, Caller, FileManaged, API_PREFIX};
 use crate::auth::bearer_token;
 use crate::config::{AdminRole, Role};
+use crate::control::node::ControlNode;
+use crate::control::store::NodeReport;
+use crate::fleet::telemetry::{self, PolicyView, TelemetryPush, NODE_ID_HEADER};
 use crate::state::GatewayState;
 
 /// The most of a request body the control API reads.
@@ -83,9 +83,7 @@ pub async fn serve(
         },
         ("cluster/nodes", None) => ok(local_node(state)),
         (_, Some(control)) => {
-            let response = control
-                .api(&method, &path, query.as_deref(), caller.as_ref(), &body)
-                .await;
+            let response = api(control, &method, &path, query.as_deref(), caller.as_ref(), &body).await;
             (response.status, response.body_bytes())
         }
         ("adaptive-routing-policy", None) => match method {
@@ -340,4 +338,39 @@ fn error(status: StatusCode, message: &str) -> (StatusCode, Vec<u8>) {
         serde_json::to_vec(&json!({ "error": { "message": message, "code": status.as_u16() } }))
             .unwrap_or_default(),
     )
+}
+
+/// `/api/v1/...` on a control node, against its store; a write that was
+/// accepted is published at once.
+async fn api(
+    node: &ControlNode,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    caller: Option<&Caller>,
+    body: &[u8],
+) -> ApiResponse {
+    let store = match node.store().await {
+        Ok(store) => store.clone(),
+        Err(e) => {
+            return ApiResponse::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "database_unavailable",
+                &e,
+            )
+        }
+    };
+    let file_managed = node
+        .file_managed_rows()
+        .map(|file| FileManaged::of(&file))
+        .unwrap_or_default();
+    let context = ApiContext::new(store, node.validator(), file_managed);
+    let response = super::api::handle(&context, method, path, query, caller, body).await;
+    if method != Method::GET && response.status.is_success() {
+        if let Err(e) = node.refresh(false).await {
+            log::error!("publishing the configuration after a write failed: {e}");
+        }
+    }
+    response
 }

@@ -1,6 +1,13 @@
 //! `rolter fake-llm`: an OpenAI-compatible engine simulator that behaves like
 //! vLLM on the wire, for integration tests, demos and load tests.
 //!
+//! Its own crate because nothing in it knows the gateway, and it alone uses
+//! axum. The `rolter` binary links it all the same: `rolter fake-llm` and
+//! `rolter demo` must work from the one binary a newcomer builds, and the
+//! tests, the demo and the load tests start engines from that binary. The
+//! gateway's code never calls into it (only `main.rs` and `demo.rs` do); it
+//! adds the axum stack to the binary's size and nothing to the request path.
+//!
 //! It serves `/v1/chat/completions`, `/v1/completions` (both streamed as SSE
 //! or not), `/v1/embeddings`, `/v1/models`, `/health`, `/tokenize` and a few
 //! vLLM `/metrics` series. Output is deterministic (`tok0 tok1 …`, see

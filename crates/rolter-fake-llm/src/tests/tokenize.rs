@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::TestEngine;
-use crate::fake_llm::FakeLlmArgs;
+use crate::FakeLlmArgs;
 
 const BLOCK_SIZE: usize = 4;
 

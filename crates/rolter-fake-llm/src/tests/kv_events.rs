@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 use super::{client, TestEngine};
-use crate::fake_llm::{FakeLlmArgs, KvEncoding, KvHashEncoding};
+use crate::{FakeLlmArgs, KvEncoding, KvHashEncoding};
 
 const END_SEQ: [u8; 8] = [0xFF; 8];
 
@@ -595,7 +595,7 @@ async fn tokenizer_helpers_predict_what_the_engine_prefills() {
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Hello, engine!"}]});
     let response = engine.post("/v1/chat/completions", &body).await;
-    let expected = crate::fake_llm::chat_token_ids(&body).len().to_string();
+    let expected = crate::chat_token_ids(&body).len().to_string();
     assert_eq!(
         response.headers()["x-fake-prompt-tokens"],
         expected.as_str()
@@ -606,9 +606,7 @@ async fn tokenizer_helpers_predict_what_the_engine_prefills() {
             &json!({"model": "m", "prompt": "Hello, engine!", "max_tokens": 1}),
         )
         .await;
-    let expected = crate::fake_llm::tokenize("Hello, engine!")
-        .len()
-        .to_string();
+    let expected = crate::tokenize("Hello, engine!").len().to_string();
     assert_eq!(
         response.headers()["x-fake-prompt-tokens"],
         expected.as_str()

@@ -13,7 +13,7 @@ use rmpv::Value;
 use sha2::{Digest, Sha256};
 
 use super::cache::KvEvent;
-use crate::fake_llm::args::{KvEncoding, KvHashEncoding};
+use crate::args::{KvEncoding, KvHashEncoding};
 
 /// The storage medium every event names.
 const MEDIUM: &str = "GPU";

@@ -1,0 +1,28 @@
+//! What the gateway learns and keeps across configuration snapshots.
+//!
+//! A reload builds a new snapshot (routes, balancers, targets) and throws
+//! the old one away once its requests are done; what was learned about the
+//! engines must not go with it, or every reload would reopen breakers,
+//! unpark targets that asked for time, forget latencies and caches, and
+//! reset every key's rate limit. Each part is keyed by a stable identity
+//! (target, provider, key name), never by a position in the snapshot.
+
+use std::sync::Arc;
+
+use crate::health::HealthRegistry;
+use crate::kv_events::KvIndexRegistry;
+use crate::lmcache::OccupancyRegistry;
+use crate::rate_limit::RateLimits;
+use crate::tracker::LoadTracker;
+
+/// What the gateway learns and keeps across snapshots: per-target load and
+/// breaker state, provider health, KV indexes, cache occupancy, what each
+/// API key used of its rate limits.
+#[derive(Debug, Default)]
+pub struct Learned {
+    pub tracker: Arc<LoadTracker>,
+    pub health: Arc<HealthRegistry>,
+    pub kv: Arc<KvIndexRegistry>,
+    pub occupancy: Arc<OccupancyRegistry>,
+    pub rate_limits: Arc<RateLimits>,
+}

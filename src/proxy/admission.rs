@@ -1,0 +1,167 @@
+//! Admission: everything `request_filter` decides before a request may be
+//! routed, in the order that makes a refusal cheapest.
+//!
+//! 1. The header: its size (`server.max_request_header_bytes`, 431), the
+//!    endpoint and method (404, 405).
+//! 2. The caller: its key (401), then its rate limits (429), before any
+//!    body byte is read.
+//! 3. The body: media type (415), size and pace (413, 408), JSON (400).
+//! 4. The address: what `model` names, checked against the key before any
+//!    state is built for it (404, 403); then its route.
+
+use std::sync::Arc;
+
+use http::header;
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+
+use super::body;
+use super::ctx::{Admitted, RequestCtx};
+use super::SESSION_HEADER;
+use crate::auth::{bearer_token, Caller};
+use crate::error::GatewayError;
+use crate::metrics::Metrics;
+use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
+use crate::snapshot::{Refusal, Snapshot};
+
+/// What follows admission.
+pub enum Next {
+    /// Routed: `ctx.admitted` is set.
+    Route,
+    /// `GET /v1/models`, which the gateway answers itself, for this caller.
+    ListModels(Arc<Caller>),
+}
+
+/// Runs the steps of the module docs; `Err` is answered to the client as
+/// is. Sets `ctx.caller` as soon as it is known and `ctx.key_slot` when the
+/// key's concurrency limit applies.
+pub async fn admit(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    metrics: &Metrics,
+) -> Result<Next, GatewayError> {
+    let snapshot = Arc::clone(&ctx.snapshot);
+    let endpoint = check_header(session.req_header(), &snapshot)?;
+    let caller = authenticate(session.req_header(), &snapshot)?;
+    // Known from here on, also to the access log of a refused request.
+    ctx.caller = Some(Arc::clone(&caller));
+    if endpoint == Endpoint::Models {
+        return Ok(Next::ListModels(caller));
+    }
+    // Before the body is read: a limited caller costs no body read.
+    if let Some(limits) = caller.limits() {
+        match limits.admit(crate::clock::now_ms()) {
+            Ok(slot) => ctx.key_slot = Some(slot),
+            Err(limited) => {
+                metrics.record_rate_limited(&caller.name, limited.label());
+                return Err(GatewayError::limited(&caller.name, limited));
+            }
+        }
+    }
+
+    let header_token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
+        Some(value) => Some(parse_token_ids(value.as_bytes())?),
+        None => None,
+    };
+    body::check_content_type(session)?;
+    let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
+    let mut request = parse_request(endpoint, &body)?;
+    // Caller-supplied token ids: the header wins over an integer prompt.
+    if header_token_ids.is_some() {
+        request.token_ids = header_token_ids;
+    }
+
+    let Some(address) = snapshot.address(&request.model) else {
+        return Err(GatewayError::UnknownModel {
+            model: request.model,
+        });
+    };
+    if let Err(refusal) = address.admits(&caller) {
+        let key = caller.name.clone();
+        let model = request.model;
+        return Err(match refusal {
+            Refusal::Model => GatewayError::ModelNotAllowed { key, model },
+            Refusal::Provider => GatewayError::NoAllowedProvider { key, model },
+        });
+    }
+    let route = snapshot.route(&address, crate::clock::now_ms());
+    let session_key = session
+        .req_header()
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string);
+    ctx.admitted = Some(Admitted {
+        route,
+        request,
+        body,
+        session_key,
+    });
+    Ok(Next::Route)
+}
+
+/// Step 1: the header's size, then what it asks for.
+fn check_header(request: &RequestHeader, snapshot: &Snapshot) -> Result<Endpoint, GatewayError> {
+    let limit = snapshot.config.server.max_request_header_bytes;
+    let size = request_header_bytes(request);
+    if size > limit {
+        return Err(GatewayError::HeaderTooLarge { size, limit });
+    }
+    let path = request.uri.path();
+    let Some(endpoint) = Endpoint::from_path(path) else {
+        return Err(GatewayError::UnknownEndpoint {
+            method: request.method.to_string(),
+            path: path.to_string(),
+        });
+    };
+    if request.method != endpoint.method() {
+        return Err(GatewayError::MethodNotAllowed {
+            method: request.method.to_string(),
+            path: path.to_string(),
+            allowed: endpoint.method_name(),
+        });
+    }
+    Ok(endpoint)
+}
+
+/// The size of a request header as it came on the wire (HTTP/1): request
+/// line and every field line, CRLFs included. For HTTP/2 the same sum over
+/// the decoded fields, so one limit means the same on both.
+fn request_header_bytes(request: &RequestHeader) -> usize {
+    // "METHOD SP path SP HTTP/1.1 CRLF", then "name: value CRLF" per field.
+    let line = request.method.as_str().len() + 1 + request.raw_path().len() + " HTTP/1.1\r\n".len();
+    request.headers.iter().fold(line, |sum, (name, value)| {
+        sum + name.as_str().len() + value.len() + 4
+    })
+}
+
+/// Step 2: who is calling.
+fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
+    let token = request
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()));
+    let caller = token.and_then(|t| snapshot.api_keys.authenticate(t));
+    match (caller, snapshot.limits.require_api_key) {
+        (Some(caller), _) => Ok(caller),
+        (None, false) => Ok(Caller::anonymous()),
+        (None, true) if token.is_none() => Err(GatewayError::MissingApiKey),
+        (None, true) => Err(GatewayError::InvalidApiKey),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_size_counts_the_request_line_and_every_field_line() {
+        let mut request = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        let bare = request_header_bytes(&request);
+        // "POST /v1/chat/completions HTTP/1.1\r\n"
+        assert_eq!(bare, 36);
+        request.insert_header("x-padding", "a".repeat(100)).unwrap();
+        assert_eq!(request_header_bytes(&request), bare + 9 + 2 + 100 + 2);
+    }
+}
