@@ -6,3 +6,30 @@
 
 pub mod poller;
 pub mod telemetry;
+
+use std::time::Duration;
+
+use pingora::server::ShutdownWatch;
+
+use crate::config::ControlPlane;
+use crate::state::GatewayState;
+
+/// Waits the interval the running `[control_plane]` sets (`default`
+/// without one); `false` when the server is shutting down instead.
+pub(crate) async fn pause(
+    state: &GatewayState,
+    shutdown: &mut ShutdownWatch,
+    interval: fn(&ControlPlane) -> Duration,
+    default: Duration,
+) -> bool {
+    let interval = state
+        .snapshot()
+        .config
+        .control_plane
+        .as_ref()
+        .map_or(default, interval);
+    tokio::select! {
+        _ = tokio::time::sleep(interval) => true,
+        _ = shutdown.changed() => false,
+    }
+}

@@ -40,6 +40,7 @@
 //! Errors are `{"error": {"message", "type", "code"}}` (`response.rs`).
 
 mod path;
+pub(crate) use path::percent_decode;
 mod policy;
 mod resources;
 mod response;
@@ -178,17 +179,28 @@ impl FileManaged {
     }
 }
 
-/// Answers one control-API request. `path` is the URI path (starting with
-/// [`API_PREFIX`]), `query` its query string, `caller` the authenticated
-/// admin token (`None`: there was none, or it is unknown: 401).
-pub async fn handle(
-    ctx: &ApiContext,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    caller: Option<&Caller>,
-    body: &[u8],
-) -> ApiResponse {
+/// One control-API request, as the admin listener received it.
+pub struct ApiRequest<'a> {
+    pub method: &'a Method,
+    /// The URI path, starting with [`API_PREFIX`].
+    pub path: &'a str,
+    /// The query string, if any.
+    pub query: Option<&'a str>,
+    /// The authenticated admin token; `None`: there was none, or it is
+    /// unknown (401).
+    pub caller: Option<&'a Caller>,
+    pub body: &'a [u8],
+}
+
+/// Answers one control-API request.
+pub async fn handle(ctx: &ApiContext, request: &ApiRequest<'_>) -> ApiResponse {
+    let ApiRequest {
+        method,
+        path,
+        query,
+        caller,
+        body,
+    } = *request;
     let Some(caller) = caller else {
         return ApiResponse::unauthorized(
             "an admin token is required: send `Authorization: Bearer <token>`",

@@ -18,7 +18,7 @@ use pingora::protocols::http::ServerSession;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
-use super::api::{ApiContext, ApiResponse, Caller, FileManaged, API_PREFIX};
+use super::api::{ApiContext, ApiRequest, ApiResponse, Caller, FileManaged, API_PREFIX};
 use crate::auth::bearer_token;
 use crate::config::{AdminRole, Role};
 use crate::control::node::ControlNode;
@@ -83,7 +83,14 @@ pub async fn serve(
         },
         ("cluster/nodes", None) => ok(local_node(state)),
         (_, Some(control)) => {
-            let response = api(control, &method, &path, query.as_deref(), caller.as_ref(), &body).await;
+            let request = ApiRequest {
+                method: &method,
+                path: &path,
+                query: query.as_deref(),
+                caller: caller.as_ref(),
+                body: &body,
+            };
+            let response = api(control, &request).await;
             (response.status, response.body_bytes())
         }
         ("adaptive-routing-policy", None) => match method {
@@ -342,14 +349,7 @@ fn error(status: StatusCode, message: &str) -> (StatusCode, Vec<u8>) {
 
 /// `/api/v1/...` on a control node, against its store; a write that was
 /// accepted is published at once.
-async fn api(
-    node: &ControlNode,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    caller: Option<&Caller>,
-    body: &[u8],
-) -> ApiResponse {
+async fn api(node: &ControlNode, request: &ApiRequest<'_>) -> ApiResponse {
     let store = match node.store().await {
         Ok(store) => store.clone(),
         Err(e) => {
@@ -366,8 +366,8 @@ async fn api(
         .map(|file| FileManaged::of(&file))
         .unwrap_or_default();
     let context = ApiContext::new(store, node.validator(), file_managed);
-    let response = super::api::handle(&context, method, path, query, caller, body).await;
-    if method != Method::GET && response.status.is_success() {
+    let response = super::api::handle(&context, request).await;
+    if request.method != Method::GET && response.status.is_success() {
         if let Err(e) = node.refresh(false).await {
             log::error!("publishing the configuration after a write failed: {e}");
         }

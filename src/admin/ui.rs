@@ -158,7 +158,7 @@ impl UiFiles {
 /// directory or is not a plain path (`..`, `.`, empty segments inside,
 /// backslashes, NUL, bad escapes).
 fn safe_relative(rest: &str) -> Option<PathBuf> {
-    let decoded = percent_decode(rest)?;
+    let decoded = super::api::percent_decode(rest)?;
     let trimmed = decoded.strip_suffix('/').unwrap_or(&decoded);
     let mut path = PathBuf::new();
     if trimmed.is_empty() {
@@ -176,24 +176,6 @@ fn safe_relative(rest: &str) -> Option<PathBuf> {
         path.push(segment);
     }
     Some(path)
-}
-
-/// `%XX` escapes decoded; `None` for a malformed escape or invalid UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The content type of a build file, by extension.

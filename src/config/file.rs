@@ -460,15 +460,18 @@ pub struct RouteTable {
     pub targets: Option<Vec<TargetEntry>>,
 }
 
-/// One entry of `routes.targets`: `{ provider, model?, weight? }`.
+/// One entry of `routes.targets` or `provider_groups.members`:
+/// `{ provider, model?, weight? }`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetEntry {
     /// Provider slug (or name). Required; must name a configured provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    /// Upstream model name sent to the provider. Default: the route's public
-    /// model.
+    /// Upstream model name sent to the provider, whatever the caller asked
+    /// for. Default: a route target sends the route's public model; a group
+    /// member is passthrough, it sends the model of the
+    /// `<group-slug>/<model>` address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Relative share for strategies that read weights, >= 1. Default: 1.
@@ -477,6 +480,9 @@ pub struct TargetEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
 }
+
+/// A group member is written like a route target.
+pub type GroupMemberEntry = TargetEntry;
 
 /// One `[[provider_groups]]` entry: a fleet addressed as
 /// `<group-slug>/<model>`, balanced over its members.
@@ -499,24 +505,6 @@ pub struct ProviderGroupTable {
     /// once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<Vec<GroupMemberEntry>>,
-}
-
-/// One entry of `provider_groups.members`: `{ provider, model?, weight? }`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupMemberEntry {
-    /// Provider slug (or name). Required; must name a configured provider.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// Upstream model this member serves, sent whatever the caller asked for.
-    /// Default: passthrough, the model of the `<group-slug>/<model>` address.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Relative share for strategies that read weights, >= 1. Default: 1.
-    /// Written under a strategy that does not read weights, it draws a
-    /// warning.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub weight: Option<u32>,
 }
 
 /// One `[[catalog]]` entry: the price of an upstream model.

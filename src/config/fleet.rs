@@ -17,41 +17,33 @@ use super::{Config, ConfigError, ConfigErrors};
 /// fleet's tokens keep their indices in error messages).
 pub fn merge_fleet_document(local: &ConfigFile, fleet: &ConfigFile) -> ConfigFile {
     // Destructured without `..`, so that a new section cannot be added to
-    // the file without deciding where a gateway takes it from.
+    // the file without deciding where a gateway takes it from: `_` is the
+    // fleet document's (taken below by `..fleet`), the rest is merged.
     let ConfigFile {
         server: _,
-        providers,
-        routes,
-        api_keys,
-        admin_tokens,
-        retry,
-        timeouts,
-        provider_groups,
-        catalog,
-        adaptive_routing,
-        health,
-        breaker,
-        parking,
         control_plane: _,
-    } = fleet.clone();
+        admin_tokens,
+        providers: _,
+        routes: _,
+        api_keys: _,
+        retry: _,
+        timeouts: _,
+        provider_groups: _,
+        catalog: _,
+        adaptive_routing: _,
+        health: _,
+        breaker: _,
+        parking: _,
+    } = fleet;
     ConfigFile {
         server: local.server.clone(),
         control_plane: local.control_plane.clone(),
         admin_tokens: admin_tokens
-            .into_iter()
-            .chain(local.admin_tokens.iter().cloned())
+            .iter()
+            .chain(&local.admin_tokens)
+            .cloned()
             .collect(),
-        providers,
-        routes,
-        api_keys,
-        retry,
-        timeouts,
-        provider_groups,
-        catalog,
-        adaptive_routing,
-        health,
-        breaker,
-        parking,
+        ..fleet.clone()
     }
 }
 

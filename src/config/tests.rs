@@ -81,6 +81,22 @@ fn field(error: &ConfigError) -> &str {
     error.field.as_deref().unwrap_or("")
 }
 
+/// Each error's field and message, in order.
+fn fields(errors: &[ConfigError]) -> Vec<(&str, &str)> {
+    errors
+        .iter()
+        .map(|e| (field(e), e.message.as_str()))
+        .collect()
+}
+
+/// Each error's field, line and message, in order.
+fn located(errors: &[ConfigError]) -> Vec<(&str, Option<usize>, &str)> {
+    errors
+        .iter()
+        .map(|e| (field(e), e.line, e.message.as_str()))
+        .collect()
+}
+
 /// A certificate, a key and a CA bundle that exist, in a directory that
 /// lives as long as this value. Validation only checks that they can be
 /// read, so their contents are placeholders.
@@ -364,13 +380,8 @@ fn max_retries_is_at_most_ten() {
 #[test]
 fn timeouts_must_be_positive() {
     let text = "[timeouts]\nconnect_ms = 0\nfirst_byte_secs = 0\nidle_secs = 0\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("timeouts.connect_ms", Some(2), "must be > 0"),
             ("timeouts.first_byte_secs", Some(3), "must be > 0"),

@@ -38,6 +38,7 @@ mod providers;
 mod routes;
 mod telemetry;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -188,6 +189,61 @@ impl Validator<'_> {
         }
     }
 
+    /// A required list: reported when absent ("is required") or empty
+    /// ("must list at least one {noun}"); otherwise its entries.
+    fn non_empty<T>(&mut self, field: &str, list: Option<Vec<T>>, noun: &str) -> Vec<T> {
+        match list {
+            None => self.error(field, "is required"),
+            Some(list) if list.is_empty() => {
+                self.error(field, format!("must list at least one {noun}"))
+            }
+            Some(list) => return list,
+        }
+        Vec::new()
+    }
+
+    /// Claims `value` for entry `i` of a list, in `claimed`: the first entry
+    /// to write a value keeps it; a later one gets an error at `field`
+    /// naming the first, "{what} {value:?} is already {how}[{j}]" (`how`:
+    /// "used by providers", "routed by routes", ...).
+    fn claim(
+        &mut self,
+        claimed: &mut HashMap<String, usize>,
+        (field, what, how): (String, &str, &str),
+        value: &str,
+        i: usize,
+    ) {
+        match claimed.get(value) {
+            Some(j) => self.error(field, format!("{what} {value:?} is already {how}[{j}]")),
+            None => {
+                claimed.insert(value.to_owned(), i);
+            }
+        }
+    }
+
+    /// A reference to a provider by slug (or name), resolved to its slug;
+    /// an unknown one is an error at `field` that lists the known ones.
+    fn provider_reference(
+        &mut self,
+        field: String,
+        wanted: &str,
+        providers: &[providers::ProviderEntry],
+    ) -> Option<String> {
+        match providers::resolve_provider(providers, wanted) {
+            Some(slug) => Some(slug.to_owned()),
+            None => {
+                self.error(
+                    field,
+                    format!(
+                        "unknown provider {wanted:?} ({})",
+                        providers::known_providers(providers)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     /// A file rolter reads at start (a certificate, a key, a CA bundle): it
     /// must exist, be a file, and be readable now. Errors name the path.
     fn readable_file(&mut self, field: &str, path: String) -> Option<PathBuf> {
@@ -318,24 +374,25 @@ impl Validator<'_> {
         let trusted_proxies = self.trusted_proxies(table.trusted_proxies.unwrap_or_default());
         let (access_log, access_log_format) =
             self.access_log(table.access_log, table.access_log_format);
-        let header_read_timeout = self
-            .bounded(
-                "server.header_read_timeout_secs",
-                table.header_read_timeout_secs,
-                file::DEFAULT_HEADER_READ_TIMEOUT_SECS,
-                file::MAX_HEADER_READ_TIMEOUT_SECS,
-                eligibility::Unit::Seconds,
-            )
-            .unwrap_or(file::DEFAULT_HEADER_READ_TIMEOUT_SECS);
-        let send_timeout = self
-            .bounded(
-                "server.send_timeout_secs",
-                table.send_timeout_secs,
-                file::DEFAULT_SEND_TIMEOUT_SECS,
-                file::MAX_SEND_TIMEOUT_SECS,
-                eligibility::Unit::Seconds,
-            )
-            .unwrap_or(file::DEFAULT_SEND_TIMEOUT_SECS);
+        // Each in 1..=max seconds; the default stands in for a refused value.
+        let seconds = |v: &mut Self, field: &str, written, default, max| {
+            v.bounded(field, written, default, max, eligibility::Unit::Seconds)
+                .unwrap_or(default)
+        };
+        let header_read_timeout = seconds(
+            self,
+            "server.header_read_timeout_secs",
+            table.header_read_timeout_secs,
+            file::DEFAULT_HEADER_READ_TIMEOUT_SECS,
+            file::MAX_HEADER_READ_TIMEOUT_SECS,
+        );
+        let send_timeout = seconds(
+            self,
+            "server.send_timeout_secs",
+            table.send_timeout_secs,
+            file::DEFAULT_SEND_TIMEOUT_SECS,
+            file::MAX_SEND_TIMEOUT_SECS,
+        );
         let max_request_header_bytes = table
             .max_request_header_bytes
             .unwrap_or(file::DEFAULT_MAX_REQUEST_HEADER_BYTES);

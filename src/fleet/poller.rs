@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::telemetry::InternalCall;
 use crate::config::file::ConfigFile;
+use crate::config::ControlPlane;
 use crate::state::GatewayState;
 
 /// The largest fleet document accepted (a large fleet's JSON is far smaller).
@@ -97,16 +98,9 @@ impl BackgroundService for SnapshotPoller {
                     failing = true;
                 }
             }
-            let interval = self
-                .state
-                .snapshot()
-                .config
-                .control_plane
-                .as_ref()
-                .map_or(Duration::from_secs(5), |c| c.poll_interval);
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = shutdown.changed() => return,
+            let every = |c: &ControlPlane| c.poll_interval;
+            if !super::pause(&self.state, &mut shutdown, every, Duration::from_secs(5)).await {
+                return;
             }
         }
     }

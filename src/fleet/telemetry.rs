@@ -19,6 +19,7 @@ use rolter_balancer::{AdaptivePolicy, StrategyKind};
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
+use crate::config::ControlPlane;
 use crate::http_client::Endpoint;
 use crate::snapshot::Snapshot;
 use crate::state::GatewayState;
@@ -246,16 +247,9 @@ impl BackgroundService for TelemetryPusher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let connector = Connector::new(None);
         loop {
-            let interval = self
-                .state
-                .snapshot()
-                .config
-                .control_plane
-                .as_ref()
-                .map_or(Duration::from_secs(15), |c| c.telemetry_interval);
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = shutdown.changed() => return,
+            let every = |c: &ControlPlane| c.telemetry_interval;
+            if !super::pause(&self.state, &mut shutdown, every, Duration::from_secs(15)).await {
+                return;
             }
             if let Err(e) = self.push(&connector).await {
                 log::warn!("adaptive telemetry push failed: {e}");

@@ -18,7 +18,7 @@ pub(super) fn split(rest: &str) -> Result<(&str, Option<String>), String> {
 }
 
 /// `%XX` escapes decoded; `None` for a malformed escape or invalid UTF-8.
-pub(super) fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

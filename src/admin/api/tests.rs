@@ -101,15 +101,14 @@ impl Harness {
             Some((path, query)) => (path, Some(query)),
             None => (path, None),
         };
-        handle(
-            &self.ctx,
-            &method,
+        let request = ApiRequest {
+            method: &method,
             path,
             query,
-            caller.as_ref(),
-            body.as_bytes(),
-        )
-        .await
+            caller: caller.as_ref(),
+            body: body.as_bytes(),
+        };
+        handle(&self.ctx, &request).await
     }
 
     async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> ApiResponse {

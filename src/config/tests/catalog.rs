@@ -29,13 +29,8 @@ fn catalog_prices_are_looked_up_by_upstream_model() {
 #[test]
 fn catalog_model_is_required_and_unique() {
     let text = "[[catalog]]\ninput_per_mtok = 1\noutput_per_mtok = 1\n\n[[catalog]]\nmodel = \"m\"\ninput_per_mtok = 1\noutput_per_mtok = 1\n\n[[catalog]]\nmodel = \"m\"\ninput_per_mtok = 2\noutput_per_mtok = 2\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("catalog[0].model", Some(1), "is required"),
             (
@@ -50,13 +45,8 @@ fn catalog_model_is_required_and_unique() {
 #[test]
 fn catalog_prices_are_required_finite_and_not_negative() {
     let text = "[[catalog]]\nmodel = \"a\"\ninput_per_mtok = -0.5\n\n[[catalog]]\nmodel = \"b\"\ninput_per_mtok = nan\noutput_per_mtok = inf\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("catalog[0].output_per_mtok", Some(1), "is required"),
             (

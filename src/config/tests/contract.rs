@@ -9,7 +9,44 @@ use sha2::{Digest, Sha256};
 
 use super::*;
 
-pub(super) const CONTRACT_EXAMPLE_IMPLEMENTED: &str = r#"
+/// What both examples write alike, from the adaptive policy's fields to
+/// the connect timeout (the contract's defaults).
+macro_rules! defaults_sections {
+    () => {
+        r#"enabled = false
+latency_weight = 1.0
+cost_weight = 0.5
+load_weight = 0.25
+exploration_ratio = 0.05
+min_samples = 50
+
+[health]
+enabled = true
+interval_secs = 10
+timeout_secs = 2
+unhealthy_after = 3
+healthy_after = 2
+
+[breaker]
+enabled = true
+failure_threshold = 5
+open_secs = 30
+
+[parking]
+base_secs = 5
+max_secs = 300
+
+[retry]
+max_retries = 2
+
+[timeouts]
+connect_ms = 2000
+"#
+    };
+}
+
+pub(super) const CONTRACT_EXAMPLE_IMPLEMENTED: &str = concat!(
+    r#"
 [server]
 listen = ["0.0.0.0:8080"]          # proxy listeners
 admin_listen = "127.0.0.1:9090"    # admin / metrics / control API
@@ -59,37 +96,12 @@ token_env = "ROLTER_ADMIN_TOKEN"
 role = "superadmin"                # superadmin | admin | viewer
 
 [adaptive_routing]                 # deployment-wide policy (see docs/design/balancer.md)
-enabled = false
-latency_weight = 1.0
-cost_weight = 0.5
-load_weight = 0.25
-exploration_ratio = 0.05
-min_samples = 50
-
-[health]
-enabled = true
-interval_secs = 10
-timeout_secs = 2
-unhealthy_after = 3
-healthy_after = 2
-
-[breaker]
-enabled = true
-failure_threshold = 5
-open_secs = 30
-
-[parking]
-base_secs = 5
-max_secs = 300
-
-[retry]
-max_retries = 2
-
-[timeouts]
-connect_ms = 2000
-first_byte_secs = 120              # until the upstream's response headers
+"#,
+    defaults_sections!(),
+    r#"first_byte_secs = 120              # until the upstream's response headers
 idle_secs = 300                    # between two reads of a streaming response
-"#;
+"#
+);
 
 const EXAMPLE_ENV: &[(&str, &str)] = &[
     ("GPU_A_KEY", "sk-upstream-a"),
@@ -186,7 +198,8 @@ fn contract_example_without_unimplemented_parts_validates() {
 }
 
 /// The contract's example verbatim, as docs/design/configuration.md shows it.
-pub(super) const CONTRACT_EXAMPLE_VERBATIM: &str = r#"
+pub(super) const CONTRACT_EXAMPLE_VERBATIM: &str = concat!(
+    r#"
 [server]
 listen = ["0.0.0.0:8080"]
 admin_listen = "127.0.0.1:9090"
@@ -256,35 +269,9 @@ token_env = "ROLTER_ADMIN_TOKEN"
 role = "superadmin"
 
 [adaptive_routing]
-enabled = false
-latency_weight = 1.0
-cost_weight = 0.5
-load_weight = 0.25
-exploration_ratio = 0.05
-min_samples = 50
-
-[health]
-enabled = true
-interval_secs = 10
-timeout_secs = 2
-unhealthy_after = 3
-healthy_after = 2
-
-[breaker]
-enabled = true
-failure_threshold = 5
-open_secs = 30
-
-[parking]
-base_secs = 5
-max_secs = 300
-
-[retry]
-max_retries = 2
-
-[timeouts]
-connect_ms = 2000
-first_byte_secs = 120
+"#,
+    defaults_sections!(),
+    r#"first_byte_secs = 120
 idle_secs = 300
 
 [control_plane]
@@ -292,7 +279,8 @@ url = "http://control:9090"
 database_url_env = "DATABASE_URL"
 internal_token_env = "ROLTER_INTERNAL_TOKEN"
 node_id = ""
-"#;
+"#
+);
 
 #[test]
 fn the_design_document_shows_the_contract_example_verbatim() {

@@ -46,13 +46,8 @@ fn tls_listener_keeps_its_address_and_certificates_in_order() {
 #[test]
 fn tls_listener_needs_an_address_and_a_certificate() {
     let text = "[[server.tls]]\n\n[[server.tls]]\nlisten = \"0.0.0.0:8443\"\ncertificates = []\n\n[[server.tls]]\nlisten = \"8443\"\ncertificates = [{ cert_path = \"/x\" }]\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("server.tls[0].listen", Some(1), "is required"),
             ("server.tls[0].certificates", Some(1), "is required"),
@@ -190,13 +185,8 @@ fn trusted_proxies_take_cidrs_and_bare_addresses() {
 #[test]
 fn bad_trusted_proxies_are_errors_naming_their_index() {
     let text = "[server]\ntrusted_proxies = [\n  \"10.0.0.0/8\",\n  \"10.0.0.0/33\",\n  \"proxy.internal\",\n]\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             (
                 "server.trusted_proxies[1]",

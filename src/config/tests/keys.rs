@@ -87,12 +87,8 @@ fn api_key_scopes_must_name_configured_routes_and_providers() {
         "[[routes]]\nmodel = \"m\"\ntargets = [{{ provider = \"gpu-a\" }}]\n\n[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{zeros}\"\nmodels = [\"m\", \"nope\"]\nproviders = [\"gpu-b\", \"gpu-q\"]\n"
     ));
     let errors = errors(&text);
-    let got: Vec<(&str, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        fields(&errors),
         [
             (
                 "api_keys[0].models[1]",
@@ -251,13 +247,8 @@ fn generated_key_written_with_set_digest_verifies_after_validation() {
 #[test]
 fn salted_digest_fields_are_required_and_checked() {
     let text = "[[api_keys]]\nname = \"k\"\nkey_salted = { salt = \"12\", sha256 = \"xyz\" }\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("api_keys[0].key_salted.id", Some(3), "is required"),
             (
@@ -314,13 +305,8 @@ fn exactly_one_secret_source_counts_the_salted_one() {
         "[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{}\"\nkey_salted = {{ id = \"{ID}\", salt = \"{}\", sha256 = \"{}\" }}\n\n[[admin_tokens]]\nname = \"t\"\ntoken_env = \"T\"\ntoken_sha256 = \"{}\"\ntoken_salted = {{ id = \"{ID}\" }}\n",
         "0".repeat(64), salt_hex(), sha_hex(), "0".repeat(64)
     );
-    let errors = errors(&text);
-    let got: Vec<(&str, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        fields(&errors(&text)),
         [
             (
                 "api_keys[0]",
@@ -349,13 +335,8 @@ fn salted_ids_are_unique_within_a_list() {
         salted_entry("admin_tokens", "token", "u", ID, &other_salt, &sha_hex()),
     ]
     .join("\n");
-    let errors = errors(&text);
-    let got: Vec<(&str, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        fields(&errors(&text)),
         [
             (
                 "api_keys[1].key_salted.id",

@@ -6,13 +6,8 @@ use super::*;
 fn provider_name_and_base_url_are_required() {
     let text =
         "[[providers]]\nslug = \"a\"\n\n[[providers]]\nname = \" \"\nbase_url = \"http://h\"\n";
-    let errors = errors(text);
-    let got: Vec<(&str, Option<usize>, &str)> = errors
-        .iter()
-        .map(|e| (field(e), e.line, e.message.as_str()))
-        .collect();
     assert_eq!(
-        got,
+        located(&errors(text)),
         [
             ("providers[0].name", Some(1), "is required"),
             ("providers[0].base_url", Some(1), "is required"),

@@ -42,32 +42,6 @@ fn unknown_strategy_lists_the_known_ones() {
 }
 
 #[test]
-fn strategies_of_the_spec_not_built_yet_say_so() {
-    for name in [
-        "cache_aware",
-        "pipeline",
-        "precise_cache_aware",
-        "lmcache_aware",
-        "adaptive",
-        "predicted_latency",
-        "lora_aware",
-    ]
-    .into_iter()
-    // One that has landed in the balancer is accepted instead (below).
-    .filter(|name| StrategyKind::from_name(name).is_none())
-    {
-        let text = with_providers(&format!(
-            "[[routes]]\nmodel = \"m\"\nstrategy = \"{name}\"\ntargets = [{{ provider = \"gpu-a\" }}]\n"
-        ));
-        let error = only_error(&text);
-        assert_eq!(
-            error.message,
-            format!("strategy `{name}` is not available in this version yet")
-        );
-    }
-}
-
-#[test]
 fn every_known_strategy_is_accepted() {
     for kind in StrategyKind::ALL {
         let text = with_providers(&format!(

@@ -16,14 +16,12 @@ impl Validator<'_> {
 
             let model = self.required(&at("model"), table.model);
             if let Some(model) = &model {
-                if let Some(j) = models.get(model) {
-                    self.error(
-                        at("model"),
-                        format!("model {model:?} is already priced by catalog[{j}]"),
-                    );
-                } else {
-                    models.insert(model.clone(), i);
-                }
+                self.claim(
+                    &mut models,
+                    (at("model"), "model", "priced by catalog"),
+                    model,
+                    i,
+                );
             }
             let input = self.price(&at("input_per_mtok"), table.input_per_mtok);
             let output = self.price(&at("output_per_mtok"), table.output_per_mtok);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use super::super::file;
 use super::super::{GroupMember, ProviderGroup};
-use super::providers::{known_providers, resolve_provider, ProviderEntry};
+use super::providers::ProviderEntry;
 use super::Validator;
 
 /// A group as routes and keys see it: its slug is known even when the rest
@@ -36,14 +36,8 @@ impl Validator<'_> {
 
             let name = self.required(&at("name"), table.name);
             if let Some(name) = &name {
-                if let Some(j) = names.get(name) {
-                    self.error(
-                        at("name"),
-                        format!("name {name:?} is already used by provider_groups[{j}]"),
-                    );
-                } else {
-                    names.insert(name.clone(), i);
-                }
+                let claim = (at("name"), "name", "used by provider_groups");
+                self.claim(&mut names, claim, name, i);
             }
 
             let explicit_slug = table.slug.is_some();
@@ -72,32 +66,25 @@ impl Validator<'_> {
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
 
             let mut members: Vec<GroupMember> = Vec::new();
-            match table.members {
-                None => self.error(at("members"), "is required"),
-                Some(list) if list.is_empty() => {
-                    self.error(at("members"), "must list at least one member")
-                }
-                Some(list) => {
-                    // Indices into the written list, for the duplicate message.
-                    let mut seen: HashMap<String, usize> = HashMap::new();
-                    for (j, entry) in list.into_iter().enumerate() {
-                        let field = format!("{here}.members[{j}]");
-                        let Some(member) = self.member(&field, entry, strategy, providers) else {
-                            continue;
-                        };
-                        if let Some(k) = seen.get(&member.provider) {
-                            self.error(
-                                field,
-                                format!(
-                                    "duplicate member: provider {:?} is already members[{k}]; a group lists each provider once",
-                                    member.provider
-                                ),
-                            );
-                        } else {
-                            seen.insert(member.provider.clone(), j);
-                            members.push(member);
-                        }
-                    }
+            // Indices into the written list, for the duplicate message.
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            let written = self.non_empty(&at("members"), table.members, "member");
+            for (j, entry) in written.into_iter().enumerate() {
+                let field = format!("{here}.members[{j}]");
+                let Some(member) = self.member(&field, entry, strategy, providers) else {
+                    continue;
+                };
+                if let Some(k) = seen.get(&member.provider) {
+                    self.error(
+                        field,
+                        format!(
+                            "duplicate member: provider {:?} is already members[{k}]; a group lists each provider once",
+                            member.provider
+                        ),
+                    );
+                } else {
+                    seen.insert(member.provider.clone(), j);
+                    members.push(member);
                 }
             }
 
@@ -125,37 +112,13 @@ impl Validator<'_> {
         providers: &[ProviderEntry],
     ) -> Option<GroupMember> {
         let errors_before = self.errors.len();
-        let provider = self
-            .required(&format!("{field}.provider"), entry.provider)
-            .and_then(|wanted| match resolve_provider(providers, &wanted) {
-                Some(slug) => Some(slug.to_owned()),
-                None => {
-                    self.error(
-                        format!("{field}.provider"),
-                        format!(
-                            "unknown provider {wanted:?} ({})",
-                            known_providers(providers)
-                        ),
-                    );
-                    None
-                }
-            });
-        let model = match entry.model {
-            Some(model) if model.trim().is_empty() => {
-                self.error(
-                    format!("{field}.model"),
-                    "must not be empty (leave it out for passthrough)",
-                );
-                None
-            }
-            model => model,
-        };
-        let weight = self.weight(field, entry.weight, strategy);
-        match provider {
+        let empty_model = "must not be empty (leave it out for passthrough)";
+        let parts = self.entry(field, entry, strategy, providers, empty_model);
+        match parts.provider {
             Some(provider) if self.errors.len() == errors_before => Some(GroupMember {
                 provider,
-                model,
-                weight,
+                model: parts.model,
+                weight: parts.weight,
             }),
             _ => None,
         }

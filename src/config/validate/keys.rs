@@ -15,7 +15,7 @@ use super::super::{
     AdminRole, AdminToken, ApiKey, SecretDigest, ADMIN_TOKEN_PREFIX, API_KEY_PREFIX, SALT_LEN,
     SECRET_ID_LEN,
 };
-use super::providers::{known_providers, resolve_provider, ProviderEntry};
+use super::providers::ProviderEntry;
 use super::Validator;
 
 /// The message for an `api_keys.models` entry that is neither a route's
@@ -263,14 +263,8 @@ impl Validator<'_> {
 
             let name = self.required(&format!("{here}.name"), table.name);
             if let Some(name) = &name {
-                if let Some(j) = names.get(name) {
-                    self.error(
-                        format!("{here}.name"),
-                        format!("name {name:?} is already used by api_keys[{j}]"),
-                    );
-                } else {
-                    names.insert(name.clone(), i);
-                }
+                let claim = (format!("{here}.name"), "name", "used by api_keys");
+                self.claim(&mut names, claim, name, i);
             }
 
             let sources = Sources {
@@ -296,15 +290,9 @@ impl Validator<'_> {
 
             let mut allowed_providers = Vec::with_capacity(table.providers.len());
             for (k, wanted) in table.providers.iter().enumerate() {
-                match resolve_provider(providers, wanted) {
-                    Some(slug) => allowed_providers.push(slug.to_owned()),
-                    None => self.error(
-                        format!("{here}.providers[{k}]"),
-                        format!(
-                            "unknown provider {wanted:?} ({})",
-                            known_providers(providers)
-                        ),
-                    ),
+                let field = format!("{here}.providers[{k}]");
+                if let Some(slug) = self.provider_reference(field, wanted, providers) {
+                    allowed_providers.push(slug);
                 }
             }
 
@@ -336,14 +324,8 @@ impl Validator<'_> {
 
             let name = self.required(&format!("{here}.name"), table.name);
             if let Some(name) = &name {
-                if let Some(j) = names.get(name) {
-                    self.error(
-                        format!("{here}.name"),
-                        format!("name {name:?} is already used by admin_tokens[{j}]"),
-                    );
-                } else {
-                    names.insert(name.clone(), i);
-                }
+                let claim = (format!("{here}.name"), "name", "used by admin_tokens");
+                self.claim(&mut names, claim, name, i);
             }
 
             let sources = Sources {

@@ -7,21 +7,16 @@ use rolter_balancer::StrategyKind;
 
 use super::super::file;
 use super::super::{Route, RouteTarget};
-use super::providers::{known_providers, resolve_provider, ProviderEntry};
+use super::providers::ProviderEntry;
 use super::Validator;
 
-/// Strategies of docs/design/balancer.md that `StrategyKind` does not have yet.
-/// Checked after `StrategyKind::from_name`, so one that lands there stops
-/// being refused here without an edit.
-const NOT_YET_STRATEGIES: &[&str] = &[
-    "cache_aware",
-    "pipeline",
-    "precise_cache_aware",
-    "lmcache_aware",
-    "adaptive",
-    "predicted_latency",
-    "lora_aware",
-];
+/// A route target or group member, as far as it validated.
+pub(super) struct EntryParts {
+    pub(super) provider: Option<String>,
+    /// As written; `None` when absent or refused.
+    pub(super) model: Option<String>,
+    pub(super) weight: u32,
+}
 
 impl Validator<'_> {
     pub(super) fn routes(
@@ -38,14 +33,12 @@ impl Validator<'_> {
 
             let model = self.required(&at("model"), table.model);
             if let Some(model) = &model {
-                if let Some(j) = models.get(model) {
-                    self.error(
-                        at("model"),
-                        format!("model {model:?} is already routed by routes[{j}]"),
-                    );
-                } else {
-                    models.insert(model.clone(), i);
-                }
+                self.claim(
+                    &mut models,
+                    (at("model"), "model", "routed by routes"),
+                    model,
+                    i,
+                );
                 // `<slug>/<model>` addresses a provider directly, or a
                 // provider group; a route there would make that address
                 // ambiguous.
@@ -71,32 +64,27 @@ impl Validator<'_> {
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
 
             let mut targets: Vec<RouteTarget> = Vec::new();
-            match table.targets {
-                None => self.error(at("targets"), "is required"),
-                Some(entries) if entries.is_empty() => {
-                    self.error(at("targets"), "must list at least one target")
-                }
-                Some(entries) => {
-                    for (j, entry) in entries.into_iter().enumerate() {
-                        let field = format!("routes[{i}].targets[{j}]");
-                        if let Some(target) =
-                            self.target(&field, entry, model.as_deref(), strategy, providers)
-                        {
-                            if let Some(k) = targets.iter().position(|t| {
-                                t.provider == target.provider && t.model == target.model
-                            }) {
-                                self.error(
-                                    field,
-                                    format!(
-                                        "duplicate target: provider {:?} with model {:?} is already targets[{k}]",
-                                        target.provider, target.model
-                                    ),
-                                );
-                            } else {
-                                targets.push(target);
-                            }
-                        }
-                    }
+            let written = self.non_empty(&at("targets"), table.targets, "target");
+            for (j, entry) in written.into_iter().enumerate() {
+                let field = format!("routes[{i}].targets[{j}]");
+                let Some(target) =
+                    self.target(&field, entry, model.as_deref(), strategy, providers)
+                else {
+                    continue;
+                };
+                if let Some(k) = targets
+                    .iter()
+                    .position(|t| t.provider == target.provider && t.model == target.model)
+                {
+                    self.error(
+                        field,
+                        format!(
+                            "duplicate target: provider {:?} with model {:?} is already targets[{k}]",
+                            target.provider, target.model
+                        ),
+                    );
+                } else {
+                    targets.push(target);
                 }
             }
 
@@ -120,18 +108,11 @@ impl Validator<'_> {
         if let Some(kind) = StrategyKind::from_name(name) {
             return Some(kind);
         }
-        if NOT_YET_STRATEGIES.contains(&name) {
-            self.error(
-                field,
-                format!("strategy `{name}` is not available in this version yet"),
-            );
-        } else {
-            let known: Vec<&str> = StrategyKind::ALL.iter().map(|kind| kind.as_str()).collect();
-            self.error(
-                field,
-                format!("unknown strategy {name:?} (known: {})", known.join(", ")),
-            );
-        }
+        let known: Vec<&str> = StrategyKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        self.error(
+            field,
+            format!("unknown strategy {name:?} (known: {})", known.join(", ")),
+        );
         None
     }
 
@@ -144,39 +125,47 @@ impl Validator<'_> {
         providers: &[ProviderEntry],
     ) -> Option<RouteTarget> {
         let errors_before = self.errors.len();
-        let provider = self
-            .required(&format!("{field}.provider"), entry.provider)
-            .and_then(|wanted| match resolve_provider(providers, &wanted) {
-                Some(slug) => Some(slug.to_owned()),
-                None => {
-                    self.error(
-                        format!("{field}.provider"),
-                        format!(
-                            "unknown provider {wanted:?} ({})",
-                            known_providers(providers)
-                        ),
-                    );
-                    None
-                }
-            });
-        let model = match entry.model {
-            Some(model) if model.trim().is_empty() => {
-                self.error(format!("{field}.model"), "must not be empty");
-                None
-            }
-            Some(model) => Some(model),
-            None => route_model.map(str::to_owned),
-        };
-        let weight = self.weight(field, entry.weight, strategy);
-        match (provider, model) {
+        let parts = self.entry(field, entry, strategy, providers, "must not be empty");
+        let model = parts.model.or_else(|| route_model.map(str::to_owned));
+        match (parts.provider, model) {
             (Some(provider), Some(model)) if self.errors.len() == errors_before => {
                 Some(RouteTarget {
                     provider,
                     model,
-                    weight,
+                    weight: parts.weight,
                 })
             }
             _ => None,
+        }
+    }
+
+    /// What a route target and a group member both are: a provider
+    /// reference, an upstream model (absent: the caller's default; empty:
+    /// an error, `empty_model` its message) and a weight.
+    pub(super) fn entry(
+        &mut self,
+        field: &str,
+        entry: file::TargetEntry,
+        strategy: Option<StrategyKind>,
+        providers: &[ProviderEntry],
+        empty_model: &str,
+    ) -> EntryParts {
+        let provider = self
+            .required(&format!("{field}.provider"), entry.provider)
+            .and_then(|wanted| {
+                self.provider_reference(format!("{field}.provider"), &wanted, providers)
+            });
+        let model = match entry.model {
+            Some(model) if model.trim().is_empty() => {
+                self.error(format!("{field}.model"), empty_model);
+                None
+            }
+            model => model,
+        };
+        EntryParts {
+            provider,
+            model,
+            weight: self.weight(field, entry.weight, strategy),
         }
     }
 

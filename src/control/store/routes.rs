@@ -12,9 +12,7 @@ use sqlx::PgConnection;
 use super::resource::{from_bigint, required, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::derive_slug;
-use crate::config::file::{
-    ConfigFile, GroupMemberEntry, ProviderGroupTable, RouteTable, TargetEntry,
-};
+use crate::config::file::{ConfigFile, ProviderGroupTable, RouteTable, TargetEntry};
 
 /// `[[routes]]`, keyed by public model name.
 pub struct Routes;
@@ -181,37 +179,22 @@ impl Tables {
     }
 }
 
-fn target_children(row: &RouteTable) -> Vec<(Option<String>, Option<String>, Option<u32>)> {
-    row.targets
+/// A parent's entries as child rows: `(provider, model, weight)`.
+fn child_rows(
+    entries: &Option<Vec<TargetEntry>>,
+) -> Vec<(Option<String>, Option<String>, Option<u32>)> {
+    entries
         .iter()
         .flatten()
         .map(|t| (t.provider.clone(), t.model.clone(), t.weight))
         .collect()
 }
 
-fn member_children(row: &ProviderGroupTable) -> Vec<(Option<String>, Option<String>, Option<u32>)> {
-    row.members
-        .iter()
-        .flatten()
-        .map(|m| (m.provider.clone(), m.model.clone(), m.weight))
-        .collect()
-}
-
-fn targets(children: Vec<Child>) -> Vec<TargetEntry> {
+/// Child rows back as entries (a route's targets, a group's members).
+fn entries(children: Vec<Child>) -> Vec<TargetEntry> {
     children
         .into_iter()
         .map(|c| TargetEntry {
-            provider: Some(c.provider),
-            model: c.model,
-            weight: c.weight,
-        })
-        .collect()
-}
-
-fn members(children: Vec<Child>) -> Vec<GroupMemberEntry> {
-    children
-        .into_iter()
-        .map(|c| GroupMemberEntry {
             provider: Some(c.provider),
             model: c.model,
             weight: c.weight,
@@ -266,7 +249,7 @@ impl Resource for Routes {
         let mut children = ROUTES.children_by_parent(conn, &keys).await?;
         for row in rows {
             let mine = row.model.as_ref().and_then(|key| children.remove(key));
-            row.targets = Some(targets(mine.unwrap_or_default()));
+            row.targets = Some(entries(mine.unwrap_or_default()));
         }
         Ok(())
     }
@@ -277,7 +260,7 @@ impl Resource for Routes {
         row: &RouteTable,
     ) -> Result<(), StoreError> {
         ROUTES
-            .replace_children(conn, key, &target_children(row))
+            .replace_children(conn, key, &child_rows(&row.targets))
             .await
     }
 }
@@ -337,7 +320,7 @@ impl Resource for ProviderGroups {
         let mut children = GROUPS.children_by_parent(conn, &keys).await?;
         for row in rows {
             let mine = row.slug.as_ref().and_then(|key| children.remove(key));
-            row.members = Some(members(mine.unwrap_or_default()));
+            row.members = Some(entries(mine.unwrap_or_default()));
         }
         Ok(())
     }
@@ -348,7 +331,7 @@ impl Resource for ProviderGroups {
         row: &ProviderGroupTable,
     ) -> Result<(), StoreError> {
         GROUPS
-            .replace_children(conn, key, &member_children(row))
+            .replace_children(conn, key, &child_rows(&row.members))
             .await
     }
 }
