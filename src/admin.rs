@@ -11,6 +11,7 @@
 
 pub mod api;
 mod control;
+pub mod openapi;
 mod scrape;
 pub mod ui;
 
@@ -22,7 +23,7 @@ use http::{header, Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde::Serialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 use rolter_balancer::{BalancerReport, StrategyKind};
 
@@ -32,6 +33,7 @@ use crate::listening::ProxyListening;
 use crate::reload::Reloader;
 use crate::state::GatewayState;
 use crate::tracker::TargetLoad;
+use api::ErrorBody;
 use ui::UiFiles;
 
 pub struct AdminApp {
@@ -82,42 +84,48 @@ impl AdminApp {
     }
 
     async fn reload(&self) -> Response<Vec<u8>> {
-        match self.reloader.reload().await {
-            Ok(reloaded) => json_response(
+        let (status, answer) = match self.reloader.reload().await {
+            Ok(reloaded) => (
                 StatusCode::OK,
-                &json!({
-                    "status": "ok",
-                    "version": reloaded.version,
-                    "warnings": reloaded.warnings,
-                    "needs_restart": reloaded.needs_restart,
-                }),
+                ReloadAnswer {
+                    status: ReloadStatus::Ok,
+                    version: reloaded.version,
+                    warnings: reloaded.warnings,
+                    needs_restart: reloaded.needs_restart,
+                    message: None,
+                    errors: Vec::new(),
+                },
             ),
-            Err(errors) => json_response(
+            Err(errors) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                &json!({
-                    "status": "error",
-                    "version": self.state.snapshot().version,
-                    "message": "configuration rejected; the running configuration stays",
-                    "errors": errors,
-                }),
+                ReloadAnswer {
+                    status: ReloadStatus::Error,
+                    version: self.state.snapshot().version,
+                    warnings: Vec::new(),
+                    needs_restart: Vec::new(),
+                    message: Some(
+                        "configuration rejected; the running configuration stays".to_owned(),
+                    ),
+                    errors,
+                },
             ),
-        }
+        };
+        json_response(status, &api::to_json(&answer))
     }
 
     /// Each provider's KV index and LMCache signal, for operators asking
     /// why the cache-aware strategies choose what they choose.
     fn engine_telemetry(&self) -> Response<Vec<u8>> {
         let learned = &self.state.learned;
-        let occupancy: serde_json::Map<String, serde_json::Value> = learned
-            .occupancy
-            .summaries(crate::clock::now_ms())
-            .into_iter()
-            .map(|(provider, summary)| (provider, json!(summary)))
-            .collect();
-        json_response(
-            StatusCode::OK,
-            &json!({ "kv_indexes": learned.kv.summaries(), "lmcache": occupancy }),
-        )
+        let answer = EngineTelemetryAnswer {
+            kv_indexes: learned.kv.summaries(),
+            lmcache: learned
+                .occupancy
+                .summaries(crate::clock::now_ms())
+                .into_iter()
+                .collect(),
+        };
+        json_response(StatusCode::OK, &api::to_json(&answer))
     }
 
     fn routes(&self) -> Response<Vec<u8>> {
@@ -163,22 +171,77 @@ impl AdminApp {
             })
             .collect();
         groups.sort_by(|a, b| a.slug.cmp(b.slug));
-        json_response(
-            StatusCode::OK,
-            &json!({
-                "version": snapshot.version,
-                "routes": routes,
-                "groups": groups,
-                "addressed_routes": snapshot.addressed_routes(),
-            }),
-        )
+        let answer = RoutesAnswer {
+            version: snapshot.version,
+            routes,
+            groups,
+            addressed_routes: snapshot.addressed_routes(),
+        };
+        json_response(StatusCode::OK, &api::to_json(&answer))
     }
+}
+
+/// `POST /admin/reload`: what the reload did.
+#[derive(Serialize, ToSchema)]
+pub struct ReloadAnswer {
+    status: ReloadStatus,
+    /// The configuration version served now (the old one when refused).
+    version: u64,
+    /// Warnings of the new configuration (it was applied regardless).
+    warnings: Vec<String>,
+    /// Settings that changed but only take effect on restart or upgrade.
+    needs_restart: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    /// Why the configuration was refused, one line per problem.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+enum ReloadStatus {
+    Ok,
+    Error,
+}
+
+/// `GET /admin/routes`: the running snapshot's routes and groups, their
+/// balancers' reports and every target's live state.
+#[derive(Serialize, ToSchema)]
+pub struct RoutesAnswer<'a> {
+    version: u64,
+    routes: Vec<RouteView<'a>>,
+    groups: Vec<GroupView<'a>>,
+    /// Routes kept for `<group>/<model>` and `<provider>/<model>` addresses.
+    addressed_routes: usize,
+}
+
+/// `GET /admin/kv-index`: each provider's KV-event index and LMCache signal.
+#[derive(Serialize, ToSchema)]
+pub struct EngineTelemetryAnswer {
+    kv_indexes: Vec<crate::kv_events::KvIndexSummary>,
+    /// By provider slug.
+    lmcache: std::collections::BTreeMap<String, crate::lmcache::OccupancySummary>,
+}
+
+/// `GET /admin/strategies`.
+#[derive(Serialize, ToSchema)]
+pub struct StrategiesAnswer {
+    strategies: Vec<StrategyView>,
+}
+
+/// A strategy and whether it reads target weights (the list the
+/// dashboard's `usesWeights()` mirrors).
+#[derive(Serialize, ToSchema)]
+struct StrategyView {
+    name: &'static str,
+    reads_weights: bool,
 }
 
 /// A provider group's balancer and members, as `/admin/routes` lists them.
 /// A passthrough member's model is `*`: its counters are its engine's,
 /// whatever model requests name through it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct GroupView<'a> {
     slug: &'a str,
     strategy: &'static str,
@@ -186,7 +249,7 @@ struct GroupView<'a> {
     report: ReportView,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct RouteView<'a> {
     model: &'a str,
     strategy: &'static str,
@@ -199,13 +262,13 @@ struct RouteView<'a> {
 }
 
 /// A balancer's report as JSON: components and signals as objects.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct ReportView {
     decisions: Option<DecisionsView>,
-    targets: Vec<serde_json::Value>,
+    targets: Vec<TargetReportView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct DecisionsView {
     engaged: bool,
     blend: u64,
@@ -213,14 +276,27 @@ struct DecisionsView {
     exploration: u64,
 }
 
+/// One target of a balancer's report; fields a strategy does not track
+/// are `null`.
+#[derive(Serialize, ToSchema)]
+struct TargetReportView {
+    /// The blended score the strategy last ranked this target by.
+    score: Option<f64>,
+    /// Named components of that score ("latency", "cost", "load").
+    components: std::collections::BTreeMap<&'static str, f64>,
+    /// The raw signals behind them ("latency_ms", "price", "in_flight").
+    signals: std::collections::BTreeMap<&'static str, f64>,
+    picks: u64,
+    /// The clock reading (ms since start) of the last pick.
+    last_pick_ms: Option<u64>,
+    /// Size of learned per-target state (prefix-tree characters, adapters).
+    learned_size: Option<u64>,
+    /// Evictions from that state since the balancer was built.
+    evictions: Option<u64>,
+}
+
 impl From<BalancerReport> for ReportView {
     fn from(report: BalancerReport) -> Self {
-        let pairs = |pairs: &[(&'static str, f64)]| {
-            pairs
-                .iter()
-                .map(|(name, value)| ((*name).to_string(), json!(value)))
-                .collect::<serde_json::Map<_, _>>()
-        };
         ReportView {
             decisions: report.decisions.map(|d| DecisionsView {
                 engaged: d.engaged,
@@ -230,24 +306,22 @@ impl From<BalancerReport> for ReportView {
             }),
             targets: report
                 .targets
-                .iter()
-                .map(|t| {
-                    json!({
-                        "score": t.score,
-                        "components": pairs(&t.components),
-                        "signals": pairs(&t.signals),
-                        "picks": t.picks,
-                        "last_pick_ms": t.last_pick_ms,
-                        "learned_size": t.learned_size,
-                        "evictions": t.evictions,
-                    })
+                .into_iter()
+                .map(|t| TargetReportView {
+                    score: t.score,
+                    components: t.components.into_iter().collect(),
+                    signals: t.signals.into_iter().collect(),
+                    picks: t.picks,
+                    last_pick_ms: t.last_pick_ms,
+                    learned_size: t.learned_size,
+                    evictions: t.evictions,
                 })
                 .collect(),
         }
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct TargetView<'a> {
     provider: &'a str,
     model: &'a str,
@@ -296,7 +370,7 @@ impl<'a> TargetView<'a> {
 }
 
 /// How fresh a provider's KV-event index is.
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Clone, ToSchema)]
 struct KvIndexView {
     /// A subscriber feeds it on this node.
     configured: bool,
@@ -308,7 +382,7 @@ struct KvIndexView {
 }
 
 /// How fresh a provider's LMCache signal is.
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Clone, ToSchema)]
 struct LmcacheView {
     /// Read recently enough to count: `lmcache_aware` scores this provider.
     fresh: bool,
@@ -413,6 +487,11 @@ impl ServeHttp for AdminApp {
                     )
                 }
             }
+            (&Method::GET, "/openapi.json") => respond(
+                StatusCode::OK,
+                "application/json",
+                openapi::document().into_bytes(),
+            ),
             (&Method::GET, "/metrics") => respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
@@ -442,8 +521,8 @@ impl ServeHttp for AdminApp {
             (_, path) if UiFiles::owns(path) => self.dashboard(&method, path).await,
             (
                 _,
-                "/healthz" | "/readyz" | "/metrics" | "/admin/routes" | "/admin/reload"
-                | "/admin/strategies" | "/admin/kv-index",
+                "/healthz" | "/readyz" | "/metrics" | "/openapi.json" | "/admin/routes"
+                | "/admin/reload" | "/admin/strategies" | "/admin/kv-index",
             ) => error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &format!("{method} is not allowed on {path}"),
@@ -469,11 +548,16 @@ impl AdminApp {
 /// Every strategy and whether it reads target weights (the list the
 /// dashboard's `usesWeights()` mirrors).
 fn strategies() -> Response<Vec<u8>> {
-    let list: Vec<_> = StrategyKind::ALL
-        .iter()
-        .map(|k| json!({ "name": k.as_str(), "reads_weights": k.reads_weights() }))
-        .collect();
-    json_response(StatusCode::OK, &json!({ "strategies": list }))
+    let answer = StrategiesAnswer {
+        strategies: StrategyKind::ALL
+            .iter()
+            .map(|k| StrategyView {
+                name: k.as_str(),
+                reads_weights: k.reads_weights(),
+            })
+            .collect(),
+    };
+    json_response(StatusCode::OK, &api::to_json(&answer))
 }
 
 fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -500,6 +584,6 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<
 fn error(status: StatusCode, message: &str) -> Response<Vec<u8>> {
     json_response(
         status,
-        &json!({ "error": { "message": message, "code": status.as_u16() } }),
+        &api::to_json(&ErrorBody::for_status(status, message)),
     )
 }

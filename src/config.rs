@@ -186,7 +186,8 @@ impl AccessLogFormat {
 }
 
 /// What this process is in a deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Proxy and admin API from one file; no control plane.
     Standalone,
@@ -492,7 +493,10 @@ pub struct AdminToken {
 
 /// Admin API privilege, ordered: `Viewer < Admin < Superadmin`, so a check
 /// is `token.role >= AdminRole::Admin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum AdminRole {
     /// Read-only.
     Viewer,

@@ -35,7 +35,7 @@ pub struct Occupancy {
 }
 
 /// A reading, as the admin API reports it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct OccupancySummary {
     pub occupancy: Option<f64>,
     pub cache_available: bool,

@@ -31,6 +31,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Apply migrations/ to the control plane's PostgreSQL database (a second run is a no-op).
     Migrate(control::store::MigrateArgs),
+    /// Print the admin listener's OpenAPI document (what `GET /openapi.json` serves).
+    Openapi,
 }
 
 fn main() {
@@ -41,6 +43,10 @@ fn main() {
         Command::FakeLlm(args) => fake_llm::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Migrate(args) => control::store::run_migrate(args),
+        Command::Openapi => {
+            println!("{}", rolter::admin::openapi::document());
+            0
+        }
     };
     std::process::exit(code);
 }

@@ -108,7 +108,7 @@ pub struct TargetStats {
 const NO_SAMPLE: u64 = 0;
 
 /// A copy of a target's counters at one instant, for the admin API and metrics.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct TargetLoad {
     pub in_flight: u64,
     pub requests: u64,

@@ -6,64 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sqlx::Connection;
 
 use support::*;
-
-const INTERNAL_TOKEN: &str = "test-internal-token";
-
-/// A database of its own, dropped when the test ends.
-struct TestDatabase {
-    name: String,
-    url: String,
-}
-
-const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-impl TestDatabase {
-    async fn create() -> TestDatabase {
-        let name = format!(
-            "rolter_fleet_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        );
-        let mut admin = sqlx::PgConnection::connect(ADMIN_URL)
-            .await
-            .expect("PostgreSQL on 127.0.0.1:5432 (see .ci/run)");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        TestDatabase {
-            url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
-            name,
-        }
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        // Dropped outside any runtime the test may be tearing down.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(ADMIN_URL).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
 
 async fn api(
     node: &Gateway,
@@ -112,15 +56,8 @@ fn gateway_config(control: &Gateway, node_id: &str) -> String {
 async fn routes_and_policy_written_on_the_control_node_reach_every_gateway() {
     let database = TestDatabase::create().await;
     let engine = FakeEngine::start("engine", &[]);
-    let env = [
-        ("DATABASE_URL", database.url.as_str()),
-        ("ROLTER_INTERNAL_TOKEN", INTERNAL_TOKEN),
-    ];
-    let control = Gateway::start_with_env(
-        "[server]\nrole = \"control\"\n\n[control_plane]\ndatabase_url_env = \"DATABASE_URL\"\ninternal_token_env = \"ROLTER_INTERNAL_TOKEN\"\nnode_id = \"control-1\"\n",
-        &env,
-    )
-    .await;
+    let env = database.env();
+    let control = database.start_control("").await;
     let gateways = [
         Gateway::start_with_env(&gateway_config(&control, "gw-1"), &env).await,
         Gateway::start_with_env(&gateway_config(&control, "gw-2"), &env).await,
@@ -250,15 +187,9 @@ async fn routes_and_policy_written_on_the_control_node_reach_every_gateway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_control_api_validates_like_rolter_check_and_audits_writes() {
     let database = TestDatabase::create().await;
-    let env = [
-        ("DATABASE_URL", database.url.as_str()),
-        ("ROLTER_INTERNAL_TOKEN", INTERNAL_TOKEN),
-    ];
-    let control = Gateway::start_with_env(
-        "[server]\nrole = \"control\"\n\n[control_plane]\ndatabase_url_env = \"DATABASE_URL\"\ninternal_token_env = \"ROLTER_INTERNAL_TOKEN\"\n\n[[providers]]\nname = \"file-gpu\"\nbase_url = \"http://127.0.0.1:9\"\n",
-        &env,
-    )
-    .await;
+    let control = database
+        .start_control("[[providers]]\nname = \"file-gpu\"\nbase_url = \"http://127.0.0.1:9\"\n")
+        .await;
     // The dashboard's session: a control node is where the configuration
     // is edited.
     let (status, session) = api(&control, reqwest::Method::GET, "session", None).await;

@@ -41,7 +41,9 @@
 
 mod path;
 pub(crate) use path::percent_decode;
-mod policy;
+pub(crate) use resources::parse_body;
+pub use response::{to_json, ErrorBody, ErrorDetail, Listing, Problem, RowAnswer, Written};
+pub mod policy;
 mod resources;
 mod response;
 pub mod running;
@@ -53,7 +55,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
-use serde_json::json;
 
 use crate::config::file::ConfigFile;
 use crate::config::{AdminRole, Config, ConfigErrors};
@@ -274,7 +275,7 @@ async fn audit_log(
         },
     };
     match ctx.store.audit_log(limit).await {
-        Ok(records) => ApiResponse::json(StatusCode::OK, json!({ "data": records })),
+        Ok(records) => ApiResponse::json(StatusCode::OK, to_json(&RowAnswer { data: records })),
         Err(error) => response::store_error(error),
     }
 }

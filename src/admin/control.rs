@@ -15,15 +15,21 @@ use std::sync::Arc;
 
 use http::{header, Method, StatusCode};
 use pingora::protocols::http::ServerSession;
-use serde_json::json;
+use serde::Serialize;
 use subtle::ConstantTimeEq;
+use utoipa::ToSchema;
 
-use super::api::{ApiContext, ApiRequest, ApiResponse, Caller, FileManaged, API_PREFIX};
+use super::api::policy::PolicyAnswer;
+use super::api::{
+    parse_body, ApiContext, ApiRequest, ApiResponse, Caller, ErrorBody, FileManaged, API_PREFIX,
+};
 use crate::auth::bearer_token;
 use crate::config::{AdminRole, Role};
 use crate::control::node::ControlNode;
-use crate::control::store::NodeReport;
-use crate::fleet::telemetry::{self, PolicyView, TelemetryPush, NODE_ID_HEADER};
+use crate::control::store::{ClusterAnswer, ClusterNode, NodeReport};
+use crate::fleet::telemetry::{
+    self, NodeRanking, PolicyView, RouteTelemetry, TelemetryAnswer, TelemetryPush, NODE_ID_HEADER,
+};
 use crate::state::GatewayState;
 
 /// The most of a request body the control API reads.
@@ -69,7 +75,11 @@ pub async fn serve(
     }
     let response = match (resource, control) {
         ("session", _) if method != Method::GET => method_not_allowed(),
-        ("session", _) => ok(session_view(state, control.is_some(), caller.as_ref())),
+        ("session", _) => match caller.as_ref() {
+            Some(caller) => ok(session_view(state, control.is_some(), caller)),
+            // The role check above refused every request without one.
+            None => error(StatusCode::UNAUTHORIZED, "an admin token is required"),
+        },
         ("adaptive-routing-telemetry", _) if method != Method::GET => method_not_allowed(),
         ("adaptive-routing-telemetry", Some(control)) => match control.telemetry().await {
             Ok(body) => ok(body),
@@ -94,10 +104,11 @@ pub async fn serve(
             (response.status, response.body_bytes())
         }
         ("adaptive-routing-policy", None) => match method {
-            Method::GET => ok(json!({
-                "policy": PolicyView::from(state.snapshot().config.adaptive_routing),
-                "managed_by": managed_by(state),
-            })),
+            Method::GET => ok(PolicyAnswer {
+                policy: Some(PolicyView::from(state.snapshot().config.adaptive_routing)),
+                managed_by: Some(managed_by(state).to_owned()),
+                ..PolicyAnswer::default()
+            }),
             Method::PUT => error(
                 StatusCode::CONFLICT,
                 &format!(
@@ -128,22 +139,33 @@ pub async fn serve(
 /// role, whether its configuration is read-only here (everywhere but on a
 /// control node), and the documentation host the dashboard links
 /// (`ROLTER_DOCS_URL`, read per request; `null` when unset or empty).
-fn session_view(
-    state: &GatewayState,
-    is_control: bool,
-    caller: Option<&Caller>,
-) -> serde_json::Value {
+fn session_view(state: &GatewayState, is_control: bool, caller: &Caller) -> SessionView {
     let docs_url = std::env::var(DOCS_URL_ENV)
         .ok()
         .map(|url| url.trim().to_string())
         .filter(|url| !url.is_empty());
-    json!({
-        "token_name": caller.map(|c| c.name.as_str()),
-        "role": caller.map(|c| c.role.as_str()),
-        "node_role": state.snapshot().config.server.role.as_str(),
-        "read_only": !is_control,
-        "docs_url": docs_url,
-    })
+    SessionView {
+        token_name: caller.name.clone(),
+        role: caller.role,
+        node_role: state.snapshot().config.server.role,
+        read_only: !is_control,
+        docs_url,
+    }
+}
+
+/// `GET /api/v1/session`.
+#[derive(Serialize, ToSchema)]
+pub struct SessionView {
+    /// The admin token's name.
+    token_name: String,
+    /// The admin token's role.
+    role: AdminRole,
+    /// This node's role.
+    node_role: Role,
+    /// Everything is managed elsewhere here (every node but a control node).
+    read_only: bool,
+    /// The documentation host the dashboard links; `null` when unset.
+    docs_url: Option<String>,
 }
 
 /// The environment variable with the documentation host the dashboard links.
@@ -204,15 +226,12 @@ async fn internal_call(
                 Ok(body) => body,
                 Err(e) => return error(StatusCode::BAD_REQUEST, &e),
             };
-            match serde_json::from_slice::<TelemetryPush>(&body) {
+            match parse_body::<TelemetryPush>(&body) {
                 Ok(push) => match control.record_telemetry(&node_id, push).await {
                     Ok(()) => (StatusCode::NO_CONTENT, Vec::new()),
                     Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
                 },
-                Err(e) => error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("unreadable telemetry: {e}"),
-                ),
+                Err(refused) => (refused.status, refused.body.to_string().into_bytes()),
             }
         }
         _ => error(StatusCode::NOT_FOUND, "no such internal endpoint"),
@@ -288,22 +307,22 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
 }
 
 /// This node's own telemetry, in the control node's shape.
-fn local_telemetry(state: &GatewayState) -> serde_json::Value {
+fn local_telemetry(state: &GatewayState) -> TelemetryAnswer {
     let snapshot = state.snapshot();
     let node_id = node_id(state);
-    json!({
-        "routes": telemetry::sample(&snapshot)
+    TelemetryAnswer {
+        routes: telemetry::sample(&snapshot)
             .into_iter()
-            .map(|route| {
-                let mut entry = serde_json::to_value(&route).unwrap_or_default();
-                if let Some(object) = entry.as_object_mut() {
-                    object.remove("model");
-                    object.insert("node_id".into(), json!(node_id));
-                }
-                json!({ "model": route.model, "nodes": [entry] })
+            .map(|route| RouteTelemetry {
+                model: route.model,
+                nodes: vec![NodeRanking {
+                    node_id: node_id.clone(),
+                    reported_at: None,
+                    ranking: route.ranking,
+                }],
             })
-            .collect::<Vec<_>>()
-    })
+            .collect(),
+    }
 }
 
 fn node_id(state: &GatewayState) -> String {
@@ -315,20 +334,25 @@ fn node_id(state: &GatewayState) -> String {
         .map_or_else(|| "standalone".to_string(), |c| c.node_id.clone())
 }
 
-fn local_node(state: &GatewayState) -> serde_json::Value {
+fn local_node(state: &GatewayState) -> ClusterAnswer {
     let snapshot = state.snapshot();
-    json!({
-        "nodes": [{
-            "node_id": node_id(state),
-            "role": snapshot.config.server.role.as_str(),
-            "config_version": snapshot.version,
-            "software_version": format!("rolter/{}", env!("CARGO_PKG_VERSION")),
+    ClusterAnswer {
+        nodes: vec![ClusterNode {
+            report: NodeReport {
+                node_id: node_id(state),
+                role: snapshot.config.server.role.as_str().to_owned(),
+                config_version: Some(snapshot.version),
+                address: None,
+                software_version: Some(format!("rolter/{}", env!("CARGO_PKG_VERSION"))),
+            },
+            first_seen: None,
+            last_seen: None,
         }],
-        "config_version": snapshot.version,
-    })
+        config_version: snapshot.version,
+    }
 }
 
-fn ok(body: serde_json::Value) -> (StatusCode, Vec<u8>) {
+fn ok(body: impl Serialize) -> (StatusCode, Vec<u8>) {
     (
         StatusCode::OK,
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -342,8 +366,7 @@ fn method_not_allowed() -> (StatusCode, Vec<u8>) {
 fn error(status: StatusCode, message: &str) -> (StatusCode, Vec<u8>) {
     (
         status,
-        serde_json::to_vec(&json!({ "error": { "message": message, "code": status.as_u16() } }))
-            .unwrap_or_default(),
+        serde_json::to_vec(&ErrorBody::for_status(status, message)).unwrap_or_default(),
     )
 }
 

@@ -17,6 +17,7 @@
 //! contract allows adding fields, never renaming them.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Default for `server.listen`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -187,7 +188,7 @@ pub const FALLBACK_NODE_ID: &str = "node";
 pub const MAX_NODE_ID_LEN: usize = 128;
 
 /// The whole file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// `[server]`: listeners and request limits. Default: every field's default.
@@ -245,7 +246,7 @@ pub struct ConfigFile {
 }
 
 /// `[server]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTable {
     /// Proxy listeners, each "ip:port". Default: `["0.0.0.0:8080"]`.
@@ -317,7 +318,7 @@ pub struct ServerTable {
 }
 
 /// One `[[server.tls]]` entry: an HTTPS listener.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsListenerTable {
     /// "ip:port". Required; not the address of `server.listen`,
@@ -331,7 +332,7 @@ pub struct TlsListenerTable {
 }
 
 /// One entry of `server.tls.certificates`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateEntry {
     /// PEM certificate chain, leaf first. Required; must exist and be
@@ -344,7 +345,7 @@ pub struct CertificateEntry {
 }
 
 /// One `[[providers]]` entry: an upstream OpenAI-compatible server.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderTable {
     /// Display name. Required, non-empty, unique.
@@ -392,7 +393,7 @@ pub struct ProviderTable {
 
 /// `[providers.kv_events]`: where a vLLM engine started with
 /// `--kv-events-config` publishes (docs/design/wire-formats.md).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KvEventsTable {
     /// The publisher's endpoint as rolter connects to it,
@@ -419,7 +420,7 @@ pub struct KvEventsTable {
 }
 
 /// `[providers.lmcache]`: an occupancy signal polled in the background.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LmcacheTable {
     /// "http(s)://host[:port][/path][?query]". Required.
@@ -444,7 +445,7 @@ pub struct LmcacheTable {
 }
 
 /// One `[[routes]]` entry: a public model name and its targets.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteTable {
     /// Public model name clients send. Required, non-empty, unique, and not
@@ -462,7 +463,7 @@ pub struct RouteTable {
 
 /// One entry of `routes.targets` or `provider_groups.members`:
 /// `{ provider, model?, weight? }`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetEntry {
     /// Provider slug (or name). Required; must name a configured provider.
@@ -486,7 +487,7 @@ pub type GroupMemberEntry = TargetEntry;
 
 /// One `[[provider_groups]]` entry: a fleet addressed as
 /// `<group-slug>/<model>`, balanced over its members.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderGroupTable {
     /// Display name. Required, non-empty, unique among groups.
@@ -508,7 +509,7 @@ pub struct ProviderGroupTable {
 }
 
 /// One `[[catalog]]` entry: the price of an upstream model.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogTable {
     /// Upstream model name, as sent to providers. Required, non-empty,
@@ -527,7 +528,7 @@ pub struct CatalogTable {
 
 /// `[adaptive_routing]`: the policy of the `adaptive` strategy, one for the
 /// whole deployment. Weights are relative to each other, not fractions.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveRoutingTable {
     /// Kill switch; off, every adaptive route picks as its fallback stack
@@ -556,7 +557,7 @@ pub struct AdaptiveRoutingTable {
 }
 
 /// One `[[api_keys]]` entry: a caller of the proxy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyTable {
     /// Name shown in logs and metrics. Required, non-empty, unique.
@@ -594,7 +595,7 @@ pub struct ApiKeyTable {
 }
 
 /// One `[[admin_tokens]]` entry: a caller of the admin API.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminTokenTable {
     /// Name shown in logs. Required, non-empty, unique.
@@ -622,7 +623,7 @@ pub struct AdminTokenTable {
 /// `key_salted` / `token_salted`: the salted digest of a secret rolter
 /// generated, `<prefix>-<id>-<secret>`. Only the digest is kept: SHA-256 of
 /// the salt's bytes followed by the whole key as presented.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaltedDigestTable {
     /// The id inside the key, 16 lowercase hex digits; it finds the digest
@@ -683,7 +684,7 @@ fn digest_fields(digest: &super::SecretDigest) -> (Option<String>, Option<Salted
 }
 
 /// `[retry]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryTable {
     /// Further attempts on other targets after the first fails before any
@@ -693,7 +694,7 @@ pub struct RetryTable {
 }
 
 /// `[timeouts]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TimeoutsTable {
     /// Upstream TCP (and TLS) connect timeout, in milliseconds. Default: 2000;
@@ -712,7 +713,7 @@ pub struct TimeoutsTable {
 
 /// `[health]`: an active probe per provider, `GET` of its `health_path`.
 /// A provider not yet probed counts as healthy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthTable {
     /// Whether providers are probed; off, every provider counts as healthy.
@@ -738,7 +739,7 @@ pub struct HealthTable {
 }
 
 /// `[breaker]`: a circuit breaker per target, fed by real requests.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerTable {
     /// Whether breakers open at all. Default: true.
@@ -756,7 +757,7 @@ pub struct BreakerTable {
 
 /// `[parking]`: a target that answered 429, 408 or 5xx, or failed to
 /// connect, sits out for a while.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParkingTable {
     /// How long a target is parked when it sent no `Retry-After`, in
@@ -771,7 +772,7 @@ pub struct ParkingTable {
 
 /// `[control_plane]`: for `role = "gateway"`, the control node to poll; for
 /// `role = "control"`, the database.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ControlPlaneTable {
     /// `http(s)://host[:port]` of a control node's admin listener (often

@@ -20,13 +20,15 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::StatusCode;
-use serde_json::json;
 use tokio::sync::OnceCell;
 
-use super::store::{NodeReport, Store};
+use super::store::{ClusterAnswer, NodeReport, Store};
 use crate::config::file::{AdaptiveRoutingTable, ConfigFile};
 use crate::config::{self, Config, ConfigErrors};
-use crate::fleet::telemetry::TelemetryPush;
+use crate::fleet::poller::FleetSnapshot;
+use crate::fleet::telemetry::{
+    NodeRanking, RouteSample, RouteTelemetry, TelemetryAnswer, TelemetryPush,
+};
 use crate::state::{GatewayState, LoadError, Reloaded};
 
 /// Telemetry older than this is not current and is left out of answers.
@@ -178,8 +180,9 @@ impl ControlNode {
             });
         }
         let document = fleet_document(&file, &validated, &database);
-        let body = serde_json::to_vec(&json!({ "version": version, "document": &document }))
-            .map_err(|e| e.to_string())?;
+        let snapshot = FleetSnapshot { version, document };
+        let body = serde_json::to_vec(&snapshot).map_err(|e| e.to_string())?;
+        let FleetSnapshot { document, .. } = snapshot;
         let state = Arc::clone(&self.state);
         let installed = tokio::task::spawn_blocking(move || state.install_fleet(version, document))
             .await
@@ -260,37 +263,50 @@ impl ControlNode {
             .map_err(|e| e.to_string())
     }
 
-    /// Current telemetry, grouped by route with one entry per node.
-    pub async fn telemetry(&self) -> Result<serde_json::Value, String> {
+    /// Current telemetry, grouped by route with one entry per node. A
+    /// stored sample that no longer reads as one (written by another
+    /// version) is left out and logged.
+    pub async fn telemetry(&self) -> Result<TelemetryAnswer, String> {
         let store = self.store().await?;
         let cutoff = chrono::Utc::now() - chrono::Duration::seconds(TELEMETRY_CURRENT_SECS);
         let samples = store
             .telemetry_since(cutoff)
             .await
             .map_err(|e| e.to_string())?;
-        let mut routes: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
-            Default::default();
+        let mut routes: std::collections::BTreeMap<String, Vec<NodeRanking>> = Default::default();
         for sample in samples {
-            let mut entry = sample.sample.clone();
-            if let Some(object) = entry.as_object_mut() {
-                object.insert("node_id".into(), json!(sample.node_id));
-                object.insert("reported_at".into(), json!(sample.reported_at));
-                object.remove("model");
-            }
-            routes.entry(sample.model.clone()).or_default().push(entry);
+            let ranking = match serde_json::from_value::<RouteSample>(sample.sample) {
+                Ok(route) => route.ranking,
+                Err(e) => {
+                    log::warn!(
+                        "telemetry of node {} for {}: unreadable sample: {e}",
+                        sample.node_id,
+                        sample.model
+                    );
+                    continue;
+                }
+            };
+            routes.entry(sample.model).or_default().push(NodeRanking {
+                node_id: sample.node_id,
+                reported_at: Some(sample.reported_at),
+                ranking,
+            });
         }
-        Ok(json!({
-            "routes": routes
+        Ok(TelemetryAnswer {
+            routes: routes
                 .into_iter()
-                .map(|(model, nodes)| json!({ "model": model, "nodes": nodes }))
-                .collect::<Vec<_>>()
-        }))
+                .map(|(model, nodes)| RouteTelemetry { model, nodes })
+                .collect(),
+        })
     }
 
-    pub async fn nodes(&self) -> Result<serde_json::Value, String> {
+    pub async fn nodes(&self) -> Result<ClusterAnswer, String> {
         let store = self.store().await?;
         let nodes = store.list_nodes().await.map_err(|e| e.to_string())?;
-        Ok(json!({ "nodes": nodes, "config_version": self.published.load().version }))
+        Ok(ClusterAnswer {
+            nodes,
+            config_version: self.published.load().version,
+        })
     }
 
     /// Picks up writes made through other control nodes sharing the database.

@@ -15,7 +15,7 @@ use http::Method;
 use pingora::connectors::http::Connector;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::telemetry::InternalCall;
 use crate::config::file::ConfigFile;
@@ -25,8 +25,9 @@ use crate::state::GatewayState;
 /// The largest fleet document accepted (a large fleet's JSON is far smaller).
 const MAX_DOCUMENT_BYTES: usize = 32 * 1024 * 1024;
 
-/// What `GET /internal/snapshot` answers when the version changed.
-#[derive(Deserialize)]
+/// What `GET /internal/snapshot` answers when the version changed; the
+/// control node writes it, gateways read it.
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FleetSnapshot {
     pub version: u64,
     pub document: ConfigFile,

@@ -28,7 +28,7 @@ use crate::state::GatewayState;
 pub const NODE_ID_HEADER: &str = "x-rolter-node-id";
 
 /// The policy a node runs (already sanitized).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct PolicyView {
     pub enabled: bool,
     pub latency_weight: f64,
@@ -52,7 +52,7 @@ impl From<AdaptivePolicy> for PolicyView {
 }
 
 /// How an adaptive route's picks were made.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct DecisionsView {
     pub engaged: bool,
     pub blend: u64,
@@ -61,7 +61,7 @@ pub struct DecisionsView {
 }
 
 /// One target of an adaptive route, as ranked.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct TargetSample {
     pub target: String,
     pub provider: String,
@@ -79,16 +79,49 @@ pub struct TargetSample {
 }
 
 /// One adaptive route of one node.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct RouteSample {
     pub model: String,
+    #[serde(flatten)]
+    pub ranking: Ranking,
+}
+
+/// How one node's adaptive balancer of a route ranks its targets.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Ranking {
     pub decisions: DecisionsView,
+    /// The policy the node runs (it may lag the stored one).
     pub policy: PolicyView,
     pub targets: Vec<TargetSample>,
 }
 
+/// `GET /api/v1/adaptive-routing-telemetry`: every adaptive route with
+/// the current ranking of each node that serves it.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub struct TelemetryAnswer {
+    pub routes: Vec<RouteTelemetry>,
+}
+
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct RouteTelemetry {
+    /// The route's public model.
+    pub model: String,
+    pub nodes: Vec<NodeRanking>,
+}
+
+/// One node's ranking of a route.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct NodeRanking {
+    pub node_id: String,
+    /// When the node pushed it (absent: read from this node itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(flatten)]
+    pub ranking: Ranking,
+}
+
 /// What a gateway pushes.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TelemetryPush {
     pub routes: Vec<RouteSample>,
 }
@@ -144,9 +177,11 @@ pub fn sample(snapshot: &Snapshot) -> Vec<RouteSample> {
                 .collect();
             RouteSample {
                 model: route.model.clone(),
-                decisions,
-                policy,
-                targets,
+                ranking: Ranking {
+                    decisions,
+                    policy,
+                    targets,
+                },
             }
         })
         .collect()

@@ -123,7 +123,7 @@ pub(super) fn worth_a_warning(count: u64) -> bool {
 }
 
 /// One event type's counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct KindCounts {
     /// Decoded or tagged with this type (including the malformed ones).
     pub received: u64,
@@ -133,7 +133,7 @@ pub struct KindCounts {
     pub dropped: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct EventCounts {
     pub block_stored: KindCounts,
     pub block_removed: KindCounts,
@@ -145,7 +145,7 @@ pub struct EventCounts {
     pub malformed: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ReplayCounts {
     /// Replays that brought back every missing batch (or, when joining a
     /// stream, every batch the publisher still buffers up to the live one).
@@ -154,7 +154,7 @@ pub struct ReplayCounts {
     pub failed: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ResetCounts {
     pub gap: u64,
     pub restart: u64,
@@ -162,7 +162,7 @@ pub struct ResetCounts {
 }
 
 /// One data-parallel rank's stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RankSummary {
     pub rank: u16,
     /// The SUB socket has a connection to the publisher.
@@ -182,7 +182,7 @@ pub struct RankSummary {
 }
 
 /// One provider's KV index, as `GET /admin/kv-index` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct KvIndexSummary {
     pub provider: String,
     /// A subscriber feeds it (the provider has `kv_events`).

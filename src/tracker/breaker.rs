@@ -30,7 +30,7 @@ pub struct BreakerPolicy {
 }
 
 /// The breaker's state, as reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakerState {
     Closed,

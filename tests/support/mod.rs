@@ -11,6 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod database;
+#[allow(unused_imports)] // only the tests with a control node use it
+pub use database::{TestDatabase, INTERNAL_TOKEN};
+
 pub const ROLTER: &str = env!("CARGO_BIN_EXE_rolter");
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 

@@ -32,24 +32,30 @@ function storeToken(token: string | null) {
   }
 }
 
+/// The session `token` opens, or why the node refused it.
+async function checkToken(token: string): Promise<{ api: Api; session: Session } | string> {
+  const api = new Api(token);
+  try {
+    return { api, session: await api.session() };
+  } catch (e) {
+    const error = e as ApiError;
+    if (error.status === 401) return "The node does not accept this token. Check it and try again.";
+    return error.message;
+  }
+}
+
 export function App() {
   const [signedIn, setSignedIn] = useState<{ api: Api; session: Session } | null>(null);
   const [checking, setChecking] = useState(() => storedToken() !== null);
   const [message, setMessage] = useState<string | null>(null);
 
   const signIn = useCallback(async (token: string): Promise<string | null> => {
-    const api = new Api(token);
-    try {
-      const session = await api.session();
-      storeToken(token);
-      setSignedIn({ api, session });
-      setMessage(null);
-      return null;
-    } catch (e) {
-      const error = e as ApiError;
-      if (error.status === 401) return "The node does not accept this token. Check it and try again.";
-      return error.message;
-    }
+    const checked = await checkToken(token);
+    if (typeof checked === "string") return checked;
+    storeToken(token);
+    setSignedIn(checked);
+    setMessage(null);
+    return null;
   }, []);
 
   const signOut = useCallback((why?: string) => {
@@ -58,17 +64,25 @@ export function App() {
     setMessage(why ?? null);
   }, []);
 
+  // The token of an earlier visit, checked once.
   useEffect(() => {
     const token = storedToken();
     if (!token) return;
-    signIn(token).then((problem) => {
-      if (problem) {
+    let cancelled = false;
+    checkToken(token).then((checked) => {
+      if (cancelled) return;
+      if (typeof checked === "string") {
         storeToken(null);
-        setMessage(problem);
+        setMessage(checked);
+      } else {
+        setSignedIn(checked);
       }
       setChecking(false);
     });
-  }, [signIn]);
+    return () => {
+      cancelled = true;
+    };
+  }, []);
 
   if (checking && !signedIn) return <div className="signin muted">Signing in…</div>;
   if (!signedIn) return <SignIn onSignIn={signIn} message={message} />;

@@ -12,9 +12,16 @@ pub(super) fn split(rest: &str) -> Result<(&str, Option<String>), String> {
     if key.is_empty() {
         return Ok((collection, None));
     }
-    percent_decode(key)
-        .map(|key| (collection, Some(key)))
-        .ok_or_else(|| format!("the path segment `{key}` is not valid percent-encoded UTF-8"))
+    match percent_decode(key) {
+        None => Err(format!(
+            "the path segment `{key}` is not valid percent-encoded UTF-8"
+        )),
+        // No stored key can hold one (PostgreSQL's text cannot).
+        Some(decoded) if decoded.contains('\0') => Err(format!(
+            "the path segment `{key}` decodes to a NUL character"
+        )),
+        Some(decoded) => Ok((collection, Some(decoded))),
+    }
 }
 
 /// `%XX` escapes decoded; `None` for a malformed escape or invalid UTF-8.
@@ -63,6 +70,10 @@ mod tests {
         );
         assert!(split("routes/bad%zz").is_err());
         assert!(split("routes/bad%ff").is_err());
+        assert!(
+            split("routes/chat%00").is_err(),
+            "no stored key holds a NUL"
+        );
     }
 
     #[test]

@@ -9,16 +9,21 @@
 //! all-zero blend is refused outright: switching adaptive routing off is
 //! what `enabled = false` is for.
 
+use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
 use rolter_balancer::StrategyKind;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::resources::{begin, parse_body, validate};
-use super::response::{method_not_allowed, problem, store_error, unprocessable, ApiResponse};
+use super::response::{
+    method_not_allowed, problem, store_error, to_json, unprocessable, ApiResponse, Problem,
+};
 use super::{require, ApiContext, Caller};
 use crate::config::file::AdaptiveRoutingTable;
 use crate::config::AdminRole;
 use crate::control::store::{sanitize_policy, StoredPolicy};
+use crate::fleet::telemetry::PolicyView;
 
 pub(super) async fn endpoint(
     ctx: &ApiContext,
@@ -35,7 +40,7 @@ pub(super) async fn endpoint(
             .store
             .get_policy()
             .await
-            .map(|stored| ApiResponse::json(StatusCode::OK, view(&stored)))
+            .map(|stored| ApiResponse::json(StatusCode::OK, to_json(&view(stored))))
             .map_err(store_error),
         Method::PUT => put(ctx, caller, body).await,
         _ => Err(method_not_allowed(method, path)),
@@ -68,34 +73,26 @@ async fn put(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> Result<ApiRespon
     let stored = write.put_policy(&table).await.map_err(store_error)?;
     let version = write.commit().await.map_err(store_error)?;
 
-    let affected_routes: Vec<&str> = config
+    let affected_routes = config
         .routes
         .iter()
         .filter(|route| route.strategy == StrategyKind::Adaptive)
-        .map(|route| route.model.as_str())
+        .map(|route| route.model.clone())
         .collect();
-    let affected_groups: Vec<&str> = config
+    let affected_groups = config
         .provider_groups
         .iter()
         .filter(|group| group.strategy == StrategyKind::Adaptive)
-        .map(|group| group.slug.as_str())
+        .map(|group| group.slug.clone())
         .collect();
-    let mut answer = view(&stored);
-    if let Some(object) = answer.as_object_mut() {
-        object.insert("version".to_owned(), Value::from(version));
-        object.insert("affected_routes".to_owned(), json!(affected_routes));
-        object.insert(
-            "affected_provider_groups".to_owned(),
-            json!(affected_groups),
-        );
-        if !config.warnings.is_empty() {
-            object.insert(
-                "warnings".to_owned(),
-                config.warnings.iter().map(problem).collect(),
-            );
-        }
-    }
-    Ok(ApiResponse::json(StatusCode::OK, answer))
+    let answer = PolicyAnswer {
+        version: Some(version),
+        affected_routes: Some(affected_routes),
+        affected_provider_groups: Some(affected_groups),
+        warnings: config.warnings.iter().map(problem).collect(),
+        ..view(stored)
+    };
+    Ok(ApiResponse::json(StatusCode::OK, to_json(&answer)))
 }
 
 /// `written` with every field it omits taken from `stored`.
@@ -113,10 +110,41 @@ fn with_stored(
     }
 }
 
-fn view(stored: &StoredPolicy) -> Value {
-    json!({
-        "data": stored.policy,
-        "updated_at": stored.updated_at,
-        "updated_by": stored.updated_by,
-    })
+fn view(stored: StoredPolicy) -> PolicyAnswer {
+    PolicyAnswer {
+        data: Some(stored.policy),
+        updated_at: Some(stored.updated_at),
+        updated_by: stored.updated_by,
+        ..PolicyAnswer::default()
+    }
+}
+
+/// `GET`/`PUT /api/v1/adaptive-routing-policy`. On a control node: the
+/// stored policy (`data`, every field set), who set it and when, and after
+/// a PUT the version it produced and the routes and groups it reaches. On
+/// any other node, which answers from its running configuration: the
+/// `policy` it runs and who manages it (`managed_by`).
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct PolicyAnswer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<AdaptiveRoutingTable>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
+    /// The admin token that set it; `null` for the migration's defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affected_routes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affected_provider_groups: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Problem>,
+    /// The policy this node runs (not a control node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyView>,
+    /// Who manages the policy of this node: `rolter.toml` or `the control node`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
 }

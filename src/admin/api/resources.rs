@@ -13,11 +13,11 @@
 
 use http::{Method, StatusCode};
 use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::response::{
     bad_request, file_managed, invalid_configuration, method_not_allowed, not_found, problem,
-    store_error, unprocessable, ApiResponse,
+    store_error, to_json, unprocessable, ApiResponse, Listing, RowAnswer, Written,
 };
 use super::{require, ApiContext, Caller};
 use crate::config::file::{AdminTokenTable, ApiKeyTable};
@@ -26,6 +26,14 @@ use crate::control::store::{
     AdminTokens, ApiKeys, Catalog, ConfigWrite, ProviderGroups, Providers, Resource, Routes,
     StoreError,
 };
+
+/// A secret rolter generated for a new row.
+pub(super) enum Secret {
+    /// An API key, answered as `key`.
+    Key(String),
+    /// An admin token, answered as `token`.
+    Token(String),
+}
 
 /// A collection of the control API.
 pub(super) trait Endpoint: Resource<Row: DeserializeOwned> {
@@ -39,9 +47,9 @@ pub(super) trait Endpoint: Resource<Row: DeserializeOwned> {
         None
     }
 
-    /// Gives a new row its generated secret; returns the response field and
-    /// the secret, shown this once.
-    fn issue_secret(_row: &mut Self::Row) -> Option<(&'static str, String)> {
+    /// Gives a new row its generated secret; returns it, to be shown this
+    /// once.
+    fn issue_secret(_row: &mut Self::Row) -> Option<Secret> {
         None
     }
 
@@ -67,10 +75,10 @@ impl Endpoint for ApiKeys {
         }
     }
 
-    fn issue_secret(row: &mut ApiKeyTable) -> Option<(&'static str, String)> {
+    fn issue_secret(row: &mut ApiKeyTable) -> Option<Secret> {
         let (key, digest) = config::new_secret(config::API_KEY_PREFIX);
         row.set_digest(&digest);
-        Some(("key", key))
+        Some(Secret::Key(key))
     }
 
     fn keep_secret(row: &mut ApiKeyTable, stored: &ApiKeyTable) {
@@ -98,10 +106,10 @@ impl Endpoint for AdminTokens {
         }
     }
 
-    fn issue_secret(row: &mut AdminTokenTable) -> Option<(&'static str, String)> {
+    fn issue_secret(row: &mut AdminTokenTable) -> Option<Secret> {
         let (token, digest) = config::new_secret(config::ADMIN_TOKEN_PREFIX);
         row.set_digest(&digest);
-        Some(("token", token))
+        Some(Secret::Token(token))
     }
 
     fn keep_secret(row: &mut AdminTokenTable, stored: &AdminTokenTable) {
@@ -151,16 +159,16 @@ async fn list<R: Endpoint>(ctx: &ApiContext) -> Answer {
     ))
 }
 
-/// A collection's list: `{"data": [public rows], "file_managed": [keys of
-/// the rows rolter.toml defines]}`. Also the shape a standalone or gateway
-/// node answers from its running configuration (`running.rs`).
+/// A collection's list: the public rows, and the keys of the rows
+/// rolter.toml defines. Also the shape a standalone or gateway node answers
+/// from its running configuration (`running.rs`).
 pub(super) fn list_body(
     public_rows: impl IntoIterator<Item = Value>,
     file_managed: &[impl AsRef<str>],
 ) -> Value {
-    json!({
-        "data": public_rows.into_iter().collect::<Vec<_>>(),
-        "file_managed": file_managed.iter().map(AsRef::as_ref).collect::<Vec<&str>>(),
+    to_json(&Listing {
+        data: public_rows.into_iter().collect(),
+        file_managed: file_managed.iter().map(|k| k.as_ref().to_owned()).collect(),
     })
 }
 
@@ -168,11 +176,16 @@ async fn get<R: Endpoint>(ctx: &ApiContext, key: &str) -> Answer {
     match ctx.store.get::<R>(key).await {
         Ok(row) => Ok(ApiResponse::json(
             StatusCode::OK,
-            json!({ "data": R::public(&row) }),
+            to_json(&RowAnswer {
+                data: R::public(&row),
+            }),
         )),
         Err(StoreError::NotFound { .. }) if ctx.file_managed.contains(R::KIND, key) => {
             match ctx.file_managed.row(R::KIND, key) {
-                Some(row) => Ok(ApiResponse::json(StatusCode::OK, json!({ "data": row }))),
+                Some(row) => Ok(ApiResponse::json(
+                    StatusCode::OK,
+                    to_json(&RowAnswer { data: row }),
+                )),
                 None => Err(not_found(&format!(
                     "the {} `{key}` is managed in rolter.toml",
                     R::KIND.noun()
@@ -211,10 +224,12 @@ async fn create<R: Endpoint>(ctx: &ApiContext, caller: &Caller, body: &[u8]) -> 
     let version = write.commit().await.map_err(store_error)?;
 
     let mut answer = written::<R>(&stored, version, &config);
-    if let (Some((field, secret)), Some(object)) = (secret, answer.as_object_mut()) {
-        object.insert(field.to_owned(), Value::from(secret));
+    match secret {
+        Some(Secret::Key(key)) => answer.key = Some(key),
+        Some(Secret::Token(token)) => answer.token = Some(token),
+        None => {}
     }
-    Ok(ApiResponse::json(StatusCode::CREATED, answer))
+    Ok(ApiResponse::json(StatusCode::CREATED, to_json(&answer)))
 }
 
 async fn update<R: Endpoint>(ctx: &ApiContext, caller: &Caller, key: &str, body: &[u8]) -> Answer {
@@ -252,7 +267,7 @@ async fn update<R: Endpoint>(ctx: &ApiContext, caller: &Caller, key: &str, body:
     let version = write.commit().await.map_err(store_error)?;
     Ok(ApiResponse::json(
         StatusCode::OK,
-        written::<R>(&stored, version, &config),
+        to_json(&written::<R>(&stored, version, &config)),
     ))
 }
 
@@ -274,30 +289,65 @@ async fn delete<R: Endpoint>(ctx: &ApiContext, caller: &Caller, key: &str) -> An
     let version = write.commit().await.map_err(store_error)?;
     Ok(ApiResponse::json(
         StatusCode::OK,
-        written::<R>(&deleted, version, &config),
+        to_json(&written::<R>(&deleted, version, &config)),
     ))
 }
 
-/// `{"data": <public row>, "version": N}`, and the configuration's
-/// warnings when it has some.
-fn written<R: Endpoint>(row: &R::Row, version: u64, config: &Config) -> Value {
-    let mut answer = Map::new();
-    answer.insert("data".to_owned(), R::public(row));
-    answer.insert("version".to_owned(), Value::from(version));
-    if !config.warnings.is_empty() {
-        answer.insert(
-            "warnings".to_owned(),
-            config.warnings.iter().map(problem).collect(),
-        );
+/// The public row, the version, and the configuration's warnings.
+fn written<R: Endpoint>(row: &R::Row, version: u64, config: &Config) -> Written<Value> {
+    Written {
+        data: R::public(row),
+        version,
+        warnings: config.warnings.iter().map(problem).collect(),
+        key: None,
+        token: None,
     }
-    Value::Object(answer)
 }
 
 /// A JSON body of the file type: unknown fields are refused (the file
-/// types deny them), with serde's message.
-pub(super) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiResponse> {
-    serde_json::from_slice(body)
-        .map_err(|e| bad_request(&format!("the request body is not a valid object here: {e}")))
+/// types deny them), with serde's message. PostgreSQL's text holds no NUL
+/// character, so a string with one is refused here, by its place in the
+/// body, before any query could fail on it.
+pub(crate) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiResponse> {
+    let invalid = |e: serde_json::Error| {
+        bad_request(&format!("the request body is not a valid object here: {e}"))
+    };
+    let value: Value = serde_json::from_slice(body).map_err(invalid)?;
+    if let Some(at) = nul_at(&value, String::new()) {
+        return Err(bad_request(&format!(
+            "`{at}` contains a NUL character (\\u0000), which no stored text may hold"
+        )));
+    }
+    serde_json::from_slice(body).map_err(invalid)
+}
+
+/// Where in `value` the first string (or object key) with a NUL is, as a
+/// dotted path from the body (`body` itself for a bare string).
+fn nul_at(value: &Value, at: String) -> Option<String> {
+    let place = |at: &str, next: &str| {
+        if at.is_empty() {
+            next.to_owned()
+        } else {
+            format!("{at}.{next}")
+        }
+    };
+    match value {
+        Value::String(text) if text.contains('\0') => {
+            Some(if at.is_empty() { "body".to_owned() } else { at })
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_at(item, format!("{at}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                Some(place(&at, &key.replace('\0', "\\u0000")))
+            } else {
+                nul_at(item, place(&at, key))
+            }
+        }),
+        _ => None,
+    }
 }
 
 fn refuse_secret<R: Endpoint>(row: &R::Row) -> Result<(), ApiResponse> {
@@ -338,5 +388,29 @@ pub(super) async fn validate(
                 "validating the configuration failed",
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::ProviderGroupTable;
+
+    fn refusal(body: &str) -> String {
+        let refused = parse_body::<ProviderGroupTable>(body.as_bytes()).unwrap_err();
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        refused.body.to_string()
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_the_body_is_refused_by_its_place() {
+        assert!(refusal(r#"{"slug": "a\u0000b"}"#).contains("`slug` contains a NUL"));
+        assert!(
+            refusal(r#"{"members": [{"provider": "x"}, {"provider": "\u0000"}]}"#)
+                .contains("`members[1].provider` contains a NUL")
+        );
+        assert!(refusal(r#"{"a\u0000": 1}"#).contains("NUL"));
+        let group: ProviderGroupTable = parse_body(br#"{"slug": "fleet"}"#).unwrap();
+        assert_eq!(group.slug.as_deref(), Some("fleet"));
     }
 }

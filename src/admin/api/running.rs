@@ -13,7 +13,6 @@
 //! `"round_robin"`): this is what the node runs, not what a file says.
 
 use http::{Method, StatusCode};
-use serde_json::json;
 
 use super::path;
 use super::resources::{list_body, Endpoint};
@@ -84,7 +83,12 @@ fn rows<R: Endpoint>(document: &ConfigFile, key: Option<&str>) -> ApiResponse {
             ApiResponse::json(StatusCode::OK, list_body(rows.iter().map(R::public), &keys))
         }
         Some(key) => match rows.iter().find(|row| R::key(row).as_deref() == Some(key)) {
-            Some(row) => ApiResponse::json(StatusCode::OK, json!({ "data": R::public(row) })),
+            Some(row) => ApiResponse::json(
+                StatusCode::OK,
+                super::to_json(&super::RowAnswer {
+                    data: R::public(row),
+                }),
+            ),
             None => not_found(&format!("the {} `{key}` does not exist", R::KIND.noun())),
         },
     }
@@ -196,6 +200,7 @@ pub fn document(config: &Config) -> ConfigFile {
 mod tests {
     use super::*;
     use crate::config::AdminRole;
+    use serde_json::json;
 
     const FILE: &str = r#"
 [[providers]]

@@ -13,7 +13,7 @@ use super::{column, Store, StoreError};
 pub const MAX_AUDIT_PAGE: u32 = 1_000;
 
 /// One change as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditRecord {
     pub id: i64,
     pub at: DateTime<Utc>,

@@ -21,7 +21,7 @@ pub struct TelemetrySample {
 }
 
 /// What a node says about itself when it polls.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct NodeReport {
     pub node_id: String,
     /// "gateway", "control", ...
@@ -35,12 +35,24 @@ pub struct NodeReport {
 }
 
 /// One node of the cluster inventory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ClusterNode {
     #[serde(flatten)]
     pub report: NodeReport,
-    pub first_seen: DateTime<Utc>,
-    pub last_seen: DateTime<Utc>,
+    /// When the control node first and last heard from it (absent for the
+    /// node answering, which reports itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_seen: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<DateTime<Utc>>,
+}
+
+/// `GET /api/v1/cluster/nodes`: the fleet's nodes and the configuration
+/// version the answering node serves.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ClusterAnswer {
+    pub nodes: Vec<ClusterNode>,
+    pub config_version: u64,
 }
 
 impl Store {
@@ -159,7 +171,7 @@ fn node(row: &PgRow) -> Result<ClusterNode, StoreError> {
             address: column(row, "address", table)?,
             software_version: column(row, "software_version", table)?,
         },
-        first_seen: column(row, "first_seen", table)?,
-        last_seen: column(row, "last_seen", table)?,
+        first_seen: Some(column(row, "first_seen", table)?),
+        last_seen: Some(column(row, "last_seen", table)?),
     })
 }

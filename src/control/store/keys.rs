@@ -6,6 +6,7 @@
 //! and drops the salt and the digest.
 
 use async_trait::async_trait;
+use serde::Serialize;
 use sqlx::postgres::PgRow;
 
 use super::resource::{from_bigint, PgQuery, Resource, ResourceKind};
@@ -67,22 +68,45 @@ fn salted_of(
     })
 }
 
-/// `value` without `drop`, with `id_field` set to the digest's id.
-fn public_without(
-    mut value: serde_json::Value,
-    drop: &[&str],
-    id_field: &str,
-    id: Option<&str>,
-) -> serde_json::Value {
-    if let Some(object) = value.as_object_mut() {
-        for field in drop {
-            object.remove(*field);
-        }
-        if let Some(id) = id {
-            object.insert(id_field.to_owned(), serde_json::Value::from(id));
-        }
-    }
-    value
+/// An API key as the control API shows it and the audit log records it:
+/// never the key, nor a digest of it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ApiKeyView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The public id of a key rolter generated (`rk-<id>-<secret>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// Public models this key may use; empty = all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// Provider slugs this key may reach; empty = all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<String>,
+    /// Requests per minute on each node; 0 = unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    /// Requests in flight at once on each node; 0 = unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<u32>,
+}
+
+/// An admin token as the control API shows it: never the token, nor a
+/// digest of it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct AdminTokenView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The public id of a token rolter generated (`rt-<id>-<secret>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+    /// `viewer`, `admin` or `superadmin`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+fn id_of(salted: &Option<SaltedDigestTable>) -> Option<String> {
+    salted.as_ref().and_then(|s| s.id.clone())
 }
 
 #[async_trait]
@@ -116,16 +140,17 @@ impl Resource for ApiKeys {
         &mut document.api_keys
     }
 
-    /// Name, limits and the key's public id (`key_id`); never the salt or
-    /// the digest.
+    /// Name, limits and the key's public id ([`ApiKeyView`]).
     fn public(row: &ApiKeyTable) -> serde_json::Value {
-        let id = row.key_salted.as_ref().and_then(|s| s.id.as_deref());
-        public_without(
-            serde_json::to_value(row).unwrap_or_default(),
-            &["key_salted", "key_sha256", "key_env"],
-            "key_id",
-            id,
-        )
+        let view = ApiKeyView {
+            name: row.name.clone(),
+            key_id: id_of(&row.key_salted),
+            models: row.models.clone(),
+            providers: row.providers.clone(),
+            rpm: row.rpm,
+            max_concurrent: row.max_concurrent,
+        };
+        serde_json::to_value(view).unwrap_or_default()
     }
 
     fn from_row(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
@@ -207,16 +232,14 @@ impl Resource for AdminTokens {
         &mut document.admin_tokens
     }
 
-    /// Name, role and the token's public id (`token_id`); never the salt or
-    /// the digest.
+    /// Name, role and the token's public id ([`AdminTokenView`]).
     fn public(row: &AdminTokenTable) -> serde_json::Value {
-        let id = row.token_salted.as_ref().and_then(|s| s.id.as_deref());
-        public_without(
-            serde_json::to_value(row).unwrap_or_default(),
-            &["token_salted", "token_sha256", "token_env"],
-            "token_id",
-            id,
-        )
+        let view = AdminTokenView {
+            name: row.name.clone(),
+            token_id: id_of(&row.token_salted),
+            role: row.role.clone(),
+        };
+        serde_json::to_value(view).unwrap_or_default()
     }
 
     fn from_row(row: &PgRow) -> Result<AdminTokenTable, StoreError> {

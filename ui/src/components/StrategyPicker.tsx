@@ -12,7 +12,7 @@ export const CACHE_AWARE_DOCS_PAGE = "strategies.md#setting-up-the-telemetry-str
 /// the rules). `held` is what the row holds; `value` the select's value.
 export function StrategyPicker(props: {
   id: string;
-  held: string | undefined;
+  held: string | null | undefined;
   value: string;
   onChange: (value: string) => void;
   disabled?: boolean;

@@ -1,6 +1,6 @@
 import type { MouseEvent, ReactNode } from "react";
 import { ApiError } from "../lib/api";
-import { useApp } from "../lib/hooks";
+import { useApp, type Loaded } from "../lib/hooks";
 import { navigate } from "../lib/router";
 
 /// An in-app link: client-side navigation, a real href for new tabs.
@@ -51,7 +51,7 @@ export function Badge(props: { tone?: "ok" | "warn" | "bad" | "accent"; children
   );
 }
 
-export function StrategyBadge(props: { strategy: string | undefined }) {
+export function StrategyBadge(props: { strategy: string | null | undefined }) {
   return <span className="badge strategy">{props.strategy ?? "round_robin"}</span>;
 }
 
@@ -130,4 +130,58 @@ export function FileManagedBadge() {
 
 export function Empty(props: { children: ReactNode }) {
   return <p className="muted">{props.children}</p>;
+}
+
+/// A field's help text: a Rust field doc (FIELD_HELP) or a sentence of the
+/// screen's own, its `backticked` spans set as code.
+export function Help(props: { text: string }) {
+  const parts = props.text.split("`");
+  return (
+    <div className="help">
+      {parts.map((part, i) => (i % 2 === 1 ? <code key={i}>{part}</code> : part))}
+    </div>
+  );
+}
+
+/// A column head: its label, right-aligned for numbers, at a set width.
+export interface Column {
+  label?: ReactNode;
+  num?: boolean;
+  width?: number | string;
+}
+
+/// Rows under their column heads, scrolling sideways on a narrow screen.
+/// A falsy column is left out (a column shown only sometimes).
+export function Table(props: { columns: (Column | false | null | undefined)[]; className?: string; children: ReactNode }) {
+  const columns = props.columns.filter((c): c is Column => Boolean(c));
+  return (
+    <div className="table-wrap">
+      <table className={props.className}>
+        <thead>
+          <tr>
+            {columns.map((c, i) => (
+              <th key={i} className={c.num ? "num" : undefined} style={c.width === undefined ? undefined : { width: c.width }}>
+                {c.label}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>{props.children}</tbody>
+      </table>
+    </div>
+  );
+}
+
+/// What a screen shows of one load: the node's refusal, the wait for the
+/// first answer, then `children` of the data, which stays on screen when a
+/// later poll fails (the refusal shows above it).
+export function LoadState<T>(props: { loaded: Loaded<T>; what: string; children: (data: T) => ReactNode }) {
+  const { loaded } = props;
+  return (
+    <>
+      {loaded.error && <ErrorBox error={loaded.error} title={`Could not read ${props.what}`} />}
+      {loaded.loading && loaded.data === null && <Loading what={props.what} />}
+      {loaded.data !== null && props.children(loaded.data)}
+    </>
+  );
 }

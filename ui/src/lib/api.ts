@@ -2,213 +2,68 @@
 // /api/v1/ (every node answers the read side; see src/admin/control.rs) and
 // the admin endpoints under /admin/. Every call carries the admin token.
 
-export type Role = "viewer" | "admin" | "superadmin";
-export type NodeRole = "standalone" | "control" | "gateway";
+import type { components } from "./api.gen";
 
-export interface Session {
-  token_name: string;
-  role: Role;
-  node_role: NodeRole;
-  /// Everything is file-managed here (every node but a control node).
-  read_only: boolean;
-  docs_url: string | null;
-}
+/// The admin listener's schemas, generated from the Rust types
+/// (src/lib/api.gen.ts, from ui/openapi.json).
+export type Schemas = components["schemas"];
 
-export interface KvEventsSource {
-  endpoint?: string;
-  replay_endpoint?: string;
-  topic?: string;
-  block_size?: number;
-  data_parallel_size?: number;
-}
+export type Role = Schemas["AdminRole"];
+export type NodeRole = Schemas["Role"];
+export type Session = Schemas["SessionView"];
 
-export interface LmcacheSource {
-  endpoint?: string;
-  format?: string;
-  metric?: string;
-  poll_interval_secs?: number;
-  stale_after_secs?: number;
-}
+/// The rows of the control API's collections: the rolter.toml tables.
+export type ProviderRow = Schemas["ProviderTable"];
+export type KvEventsSource = Schemas["KvEventsTable"];
+export type LmcacheSource = Schemas["LmcacheTable"];
+export type TargetEntry = Schemas["TargetEntry"];
+export type RouteRow = Schemas["RouteTable"];
+export type GroupRow = Schemas["ProviderGroupTable"];
+export type CatalogRow = Schemas["CatalogTable"];
+export type Policy = Schemas["AdaptiveRoutingTable"];
 
-export interface ProviderRow {
-  name?: string;
-  slug?: string;
-  base_url?: string;
-  api_key_env?: string;
-  health_path?: string;
-  max_loras?: number;
-  ca_file?: string;
-  tls_verify?: boolean;
-  kv_events?: KvEventsSource;
-  lmcache?: LmcacheSource;
-}
+/// A collection's rows, with the keys of those rolter.toml defines
+/// (read-only); one generic where the document spells one per row type.
+export type Listing<T> = Omit<Schemas["Listing_RouteTable"], "data"> & { data: T[] };
 
-export interface TargetEntry {
-  provider?: string;
-  model?: string;
-  weight?: number;
-}
+/// `/admin/routes`: what this node runs, with live target state.
+export type LiveRoutes = Schemas["RoutesAnswer"];
+export type LiveRoute = Schemas["RouteView"];
+export type LiveTarget = Schemas["TargetView"];
+export type KvIndexReading = Schemas["KvIndexView"];
+export type LmcacheReading = Schemas["LmcacheView"];
 
-export interface RouteRow {
-  model?: string;
-  strategy?: string;
-  targets?: TargetEntry[];
-}
-
-export interface GroupRow {
-  name?: string;
-  slug?: string;
-  strategy?: string;
-  members?: TargetEntry[];
-}
-
-export interface CatalogRow {
-  model?: string;
-  input_per_mtok?: number;
-  output_per_mtok?: number;
-}
-
-export interface Listing<T> {
-  data: T[];
-  /// Keys of the rows rolter.toml defines: read-only.
-  file_managed: string[];
-}
-
-export interface KvIndexReading {
-  configured: boolean;
-  usable: boolean;
-  blocks_resident: number;
-  last_message_age_ms: number | null;
-}
-
-export interface LmcacheReading {
-  fresh: boolean;
-  occupancy: number | null;
-  cache_available: boolean;
-  age_ms: number | null;
-}
-
-export interface LiveTarget {
-  provider: string;
-  model: string;
-  weight: number;
-  base_url: string;
-  in_flight: number;
-  requests: number;
-  failures: number;
-  picks: number;
-  latency_ewma_ms: number | null;
-  latency_samples: number;
-  breaker: "closed" | "open" | "half_open";
-  healthy: boolean;
-  parked_until_ms: number | null;
-  kv_index: KvIndexReading | null;
-  lmcache: LmcacheReading | null;
-}
-
-export interface LiveRoute {
-  model: string;
-  strategy: string;
-  reads_weights: boolean;
-  targets: LiveTarget[];
-  report: {
-    decisions: { engaged: boolean; blend: number; fallback: number; exploration: number } | null;
-    targets: unknown[];
-  };
-}
-
-export interface LiveRoutes {
-  version: number;
-  routes: LiveRoute[];
-}
-
-export interface Policy {
-  enabled?: boolean;
-  latency_weight?: number;
-  cost_weight?: number;
-  load_weight?: number;
-  exploration_ratio?: number;
-  min_samples?: number;
-}
+/// `/admin/kv-index`.
+export type EngineTelemetry = Schemas["EngineTelemetryAnswer"];
+export type KvIndexSummary = Schemas["KvIndexSummary"];
+export type OccupancySummary = Schemas["OccupancySummary"];
 
 /// `GET /api/v1/adaptive-routing-policy`: `data` on a control node, `policy`
 /// (and `managed_by`) where rolter.toml or the control node owns it.
-export interface PolicyAnswer {
-  data?: Policy;
-  policy?: Policy;
-  managed_by?: string;
-  updated_at?: string | null;
-  updated_by?: string | null;
-  affected_routes?: string[];
-  affected_provider_groups?: string[];
-  warnings?: { field: string | null; message: string }[];
-  version?: number;
-}
+export type PolicyAnswer = Schemas["PolicyAnswer"];
+export type Problem = Schemas["Problem"];
 
-export interface TelemetryTarget {
-  target: string;
-  provider: string;
-  upstream_model: string;
-  score: number | null;
-  latency: number | null;
-  cost: number | null;
-  load: number | null;
-  latency_ms: number | null;
-  price: number | null;
-  in_flight: number | null;
-  picks: number;
-  last_pick_age_ms: number | null;
-}
+/// `GET /api/v1/adaptive-routing-telemetry`.
+export type Telemetry = Schemas["TelemetryAnswer"];
+export type TelemetryNode = Schemas["NodeRanking"];
+export type TelemetryTarget = Schemas["TargetSample"];
 
-export interface TelemetryNode {
-  node_id: string;
-  reported_at?: string;
-  decisions: { engaged: boolean; blend: number; fallback: number; exploration: number };
-  policy: Required<Policy>;
-  targets: TelemetryTarget[];
-}
-
-export interface Telemetry {
-  routes: { model: string; nodes: TelemetryNode[] }[];
-}
-
-export interface ClusterNode {
-  node_id: string;
-  role: string;
-  config_version: number | null;
-  address?: string | null;
-  software_version?: string | null;
-  first_seen?: string;
-  last_seen?: string;
-}
-
-export interface Cluster {
-  nodes: ClusterNode[];
-  config_version: number;
-}
-
-export interface AuditRecord {
-  id: number;
-  at: string;
-  actor: string;
-  action: string;
-  subject: string;
-  details: unknown;
-  version: number | null;
-}
+export type Cluster = Schemas["ClusterAnswer"];
+export type ClusterNode = Schemas["ClusterNode"];
+export type AuditRecord = Schemas["AuditRecord"];
 
 /// A refusal of the node, with its message exactly as sent.
 export class ApiError extends Error {
   readonly status: number;
   readonly code: string | null;
   /// Field-level problems (422): each with its field path.
-  readonly problems: { field: string | null; message: string }[];
+  readonly problems: Problem[];
 
   constructor(
     status: number,
     message: string,
     code: string | null = null,
-    problems: { field: string | null; message: string }[] = [],
+    problems: Problem[] = [],
   ) {
     super(message);
     this.status = status;

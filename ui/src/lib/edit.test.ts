@@ -44,4 +44,10 @@ describe("entriesOf", () => {
   it("refuses a line without a provider", () => {
     expect(entriesOf([newDraft()]).errors).toEqual(["line 1, provider: choose a provider"]);
   });
+
+  it("names every line apart, so a removal keeps each line's inputs", () => {
+    const same = { provider: "gpu-a" };
+    const ids = [draftOf(same), draftOf(same), newDraft("gpu-a"), newDraft("gpu-a")].map((d) => d.id);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
 });

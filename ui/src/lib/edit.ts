@@ -5,6 +5,8 @@
 // held: an untouched field keeps its value, and a field the row left unset
 // stays unset (so a default stays a default, not a value written out).
 
+import type { TargetEntry } from "./api";
+
 export type FieldKind = "text" | "int" | "float" | "bool";
 
 /// The form text of a stored value ("" for unset).
@@ -67,15 +69,21 @@ export function applyEdits<T extends object>(
 }
 
 /// A target or member line of an editor, with the entry it came from.
+/// `id` names the line for as long as the editor is open (its React key):
+/// removing a line above must not hand its neighbour's inputs to another.
 export interface EntryDraft {
-  original: { provider?: string; model?: string; weight?: number } | null;
+  id: number;
+  original: TargetEntry | null;
   provider: string;
   model: string;
   weight: string;
 }
 
-export function draftOf(entry: { provider?: string; model?: string; weight?: number }): EntryDraft {
+let lastDraftId = 0;
+
+export function draftOf(entry: TargetEntry): EntryDraft {
   return {
+    id: ++lastDraftId,
     original: entry,
     provider: fieldText(entry.provider),
     model: fieldText(entry.model),
@@ -84,12 +92,11 @@ export function draftOf(entry: { provider?: string; model?: string; weight?: num
 }
 
 export function newDraft(provider = ""): EntryDraft {
-  return { original: null, provider, model: "", weight: "" };
+  return { id: ++lastDraftId, original: null, provider, model: "", weight: "" };
 }
 
-/// The entries of the drafts, each starting from its original entry.
 export function entriesOf(drafts: readonly EntryDraft[]): {
-  entries: { provider?: string; model?: string; weight?: number }[];
+  entries: TargetEntry[];
   errors: string[];
 } {
   const errors: string[] = [];

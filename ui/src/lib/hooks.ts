@@ -1,6 +1,6 @@
 // Loading data: once, or polled while the screen is open.
 
-import { createContext, useCallback, useContext, useEffect, useRef, useState } from "react";
+import { createContext, useCallback, useContext, useEffect, useState } from "react";
 import type { Api, CatalogRow, GroupRow, Listing, ProviderRow, RouteRow, Session } from "./api";
 import { ApiError } from "./api";
 
@@ -31,12 +31,12 @@ export interface Loaded<T> {
   reload: () => void;
 }
 
-/// Loads `load()` when the screen opens and whenever `deps` change; with
+/// Loads `load()` when the screen opens and whenever `load` changes (pass
+/// a `useCallback`, whose dependencies the linter checks); with
 /// `intervalMs`, again every `intervalMs` while `live` (the last good data
 /// stays on screen when a poll fails).
 export function useLoad<T>(
   load: () => Promise<T>,
-  deps: readonly unknown[],
   options: { intervalMs?: number; live?: boolean } = {},
 ): Loaded<T> {
   const { signOut } = useApp();
@@ -47,13 +47,10 @@ export function useLoad<T>(
     updatedAt: null,
   });
   const [tick, setTick] = useState(0);
-  const loadRef = useRef(load);
-  loadRef.current = load;
 
   useEffect(() => {
     let cancelled = false;
-    loadRef
-      .current()
+    load()
       .then((data) => {
         if (!cancelled) setState({ data, error: null, loading: false, updatedAt: Date.now() });
       })
@@ -66,8 +63,7 @@ export function useLoad<T>(
     return () => {
       cancelled = true;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [...deps, tick]);
+  }, [load, tick, signOut]);
 
   const live = options.live ?? true;
   useEffect(() => {
@@ -80,6 +76,15 @@ export function useLoad<T>(
   return { ...state, reload };
 }
 
+/// `useLoad` of one admin endpoint.
+export function useGet<T>(path: string, options: { intervalMs?: number; live?: boolean } = {}): Loaded<T> {
+  const { api } = useApp();
+  return useLoad(
+    useCallback(() => api.get<T>(path), [api, path]),
+    options,
+  );
+}
+
 export interface ConfigData {
   providers: Listing<ProviderRow>;
   routes: Listing<RouteRow>;
@@ -90,7 +95,7 @@ export interface ConfigData {
 /// The configuration's four collections, read together.
 export function useConfig(): Loaded<ConfigData> {
   const { api } = useApp();
-  return useLoad(async () => {
+  const load = useCallback(async () => {
     const [providers, routes, groups, catalog] = await Promise.all([
       api.list<ProviderRow>("providers"),
       api.list<RouteRow>("routes"),
@@ -98,12 +103,13 @@ export function useConfig(): Loaded<ConfigData> {
       api.list<CatalogRow>("catalog"),
     ]);
     return { providers, routes, groups, catalog };
-  }, []);
+  }, [api]);
+  return useLoad(load);
 }
 
 /// Re-renders every `ms` (for "x s ago" labels).
 export function useNow(ms = 1000): number {
-  const [now, setNow] = useState(Date.now());
+  const [now, setNow] = useState(() => Date.now());
   useEffect(() => {
     const timer = window.setInterval(() => setNow(Date.now()), ms);
     return () => window.clearInterval(timer);

@@ -93,8 +93,8 @@ export function neededSource(strategy: string | undefined | null): "kv_events" |
 }
 
 export interface SourceCarrier {
-  slug?: string;
-  name?: string;
+  slug?: string | null;
+  name?: string | null;
   kv_events?: unknown;
   lmcache?: unknown;
 }

@@ -26,14 +26,14 @@ export interface RuleView {
   key: string;
   strategy: string;
   /// The strategy as the row writes it (`undefined`: the default).
-  strategyHeld: string | undefined;
+  strategyHeld: string | null | undefined;
   sharesStated: boolean;
   targets: TargetLine[];
 }
 
 export function findProvider(
   providers: readonly ProviderRow[],
-  ref: string | undefined,
+  ref: string | null | undefined,
 ): ProviderRow | undefined {
   if (!ref) return undefined;
   return providers.find((p) => p.slug === ref) ?? providers.find((p) => p.name === ref);
@@ -45,7 +45,7 @@ export function priceOf(catalog: readonly CatalogRow[], model: string | null): C
 }
 
 function lines(
-  strategy: string | undefined,
+  strategy: string | null | undefined,
   entries: readonly TargetEntry[],
   defaultModel: string | null,
   providers: readonly ProviderRow[],
@@ -117,7 +117,7 @@ export function usersOf(
   routes: readonly RouteRow[],
   groups: readonly GroupRow[],
 ): { routes: string[]; groups: string[] } {
-  const names = (ref: string | undefined) => ref === provider.slug || ref === provider.name;
+  const names = (ref: string | null | undefined) => ref === provider.slug || ref === provider.name;
   return {
     routes: routes
       .filter((r) => (r.targets ?? []).some((t) => names(t.provider)))

@@ -76,7 +76,7 @@ export const STRATEGY_SUMMARY: Record<Strategy, string> = {
 };
 
 /// A strategy's one-line description; unknown ones say so.
-export function describeStrategy(name: string | undefined): string {
+export function describeStrategy(name: string | null | undefined): string {
   const strategy = name ?? DEFAULT_STRATEGY;
   return isKnownStrategy(strategy)
     ? STRATEGY_SUMMARY[strategy]

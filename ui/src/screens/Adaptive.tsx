@@ -3,25 +3,27 @@
 
 import { useState, type FormEvent } from "react";
 import { ApiError, type Policy, type PolicyAnswer, type Telemetry, type TelemetryNode } from "../lib/api";
+import { FIELD_HELP } from "../lib/api.gen";
 import { fieldText, parseField } from "../lib/edit";
-import { useApp, useConfig, useLoad, useNow } from "../lib/hooks";
+import { useApp, useConfig, useGet, useNow } from "../lib/hooks";
 import { formatAgo, formatDuration, formatMs, formatNumber, formatPrice, formatScore, formatTime } from "../lib/format";
 import { href } from "../lib/router";
-import { Badge, Empty, ErrorBox, Link, Loading, PageHead, Panel } from "../components/common";
+import { Badge, Empty, ErrorBox, Help, Link, Loading, LoadState, PageHead, Panel, Table } from "../components/common";
 
+const POLICY = FIELD_HELP.AdaptiveRoutingTable;
 const NUMBERS: { key: keyof Policy; label: string; kind: "float" | "int"; help: string }[] = [
-  { key: "latency_weight", label: "Latency weight", kind: "float", help: "Weight of observed latency in the blend. Negative values are taken as 0." },
-  { key: "cost_weight", label: "Cost weight", kind: "float", help: "Weight of the catalog price. Negative values are taken as 0." },
-  { key: "load_weight", label: "Load weight", kind: "float", help: "Weight of in-flight load. Negative values are taken as 0." },
-  { key: "exploration_ratio", label: "Exploration ratio", kind: "float", help: "Share of engaged picks made at random, clamped to [0, 0.5]." },
-  { key: "min_samples", label: "Min samples", kind: "int", help: "Requests a route serves before the blend may engage." },
+  { key: "latency_weight", label: "Latency weight", kind: "float", help: POLICY.latency_weight },
+  { key: "cost_weight", label: "Cost weight", kind: "float", help: POLICY.cost_weight },
+  { key: "load_weight", label: "Load weight", kind: "float", help: POLICY.load_weight },
+  { key: "exploration_ratio", label: "Exploration ratio", kind: "float", help: POLICY.exploration_ratio },
+  { key: "min_samples", label: "Min samples", kind: "int", help: POLICY.min_samples },
 ];
 
 const TELEMETRY_POLL_MS = 5000;
 
 export function AdaptiveRouting() {
-  const { api, isSuperadmin } = useApp();
-  const policy = useLoad(() => api.get<PolicyAnswer>("/api/v1/adaptive-routing-policy"), []);
+  const { isSuperadmin } = useApp();
+  const policy = useGet<PolicyAnswer>("/api/v1/adaptive-routing-policy");
   const config = useConfig();
   /// The stored policy after a save here, which the scoreboard compares
   /// each node's policy with.
@@ -42,17 +44,17 @@ export function AdaptiveRouting() {
         strategy. Until a route has evidence (min samples, latency for two targets) and while the policy is off, it
         routes like pipeline, so changing the policy moves no traffic on routes that have not engaged.
       </PageHead>
-      {policy.error && <ErrorBox error={policy.error} title="Could not read the policy" />}
-      {policy.loading && !policy.data && <Loading what="the policy" />}
-      {policy.data && (
-        <PolicyForm
-          key={JSON.stringify(policy.data.data ?? policy.data.policy)}
-          answer={policy.data}
-          adaptiveRoutes={adaptiveRoutes}
-          adaptiveGroups={adaptiveGroups}
-          onSaved={setSavedPolicy}
-        />
-      )}
+      <LoadState loaded={policy} what="the policy">
+        {(answer) => (
+          <PolicyForm
+            key={JSON.stringify(answer.data ?? answer.policy)}
+            answer={answer}
+            adaptiveRoutes={adaptiveRoutes}
+            adaptiveGroups={adaptiveGroups}
+            onSaved={setSavedPolicy}
+          />
+        )}
+      </LoadState>
       <Scoreboard stored={savedPolicy ?? policy.data?.data ?? policy.data?.policy ?? null} />
     </>
   );
@@ -138,7 +140,7 @@ function PolicyForm(props: {
                 <input id="policy-enabled" type="checkbox" checked={enabled} onChange={(e) => setEnabled(e.target.checked)} />
                 Adaptive routing {enabled ? "on" : "off"}
               </label>
-              <div className="help">Off: every adaptive route picks as its fallback stack would, and probes nothing.</div>
+              <Help text={POLICY.enabled} />
             </div>
             {NUMBERS.map(({ key, label, help }) => (
               <PolicyField
@@ -222,15 +224,15 @@ function PolicyField(props: { id: string; label: string; help: string; value: st
       <label htmlFor={props.id}>{props.label}</label>
       <div>
         <input id={props.id} inputMode="decimal" value={props.value} onChange={(e) => props.onChange(e.target.value)} />
-        <div className="help">{props.help}</div>
+        <Help text={props.help} />
       </div>
     </>
   );
 }
 
 function Scoreboard(props: { stored: Policy | null }) {
-  const { api, session } = useApp();
-  const telemetry = useLoad(() => api.get<Telemetry>("/api/v1/adaptive-routing-telemetry"), [], {
+  const { session } = useApp();
+  const telemetry = useGet<Telemetry>("/api/v1/adaptive-routing-telemetry", {
     intervalMs: TELEMETRY_POLL_MS,
   });
   const now = useNow();
@@ -314,44 +316,39 @@ function NodeEntry(props: { node: TelemetryNode; stored: Policy | null; now: num
         exploration {p.exploration_ratio} · min samples {p.min_samples}{" "}
         {!samePolicy(p, props.stored) && <Badge tone="warn">differs from the stored policy: not converged yet</Badge>}
       </div>
-      <div className="table-wrap">
-        <table>
-          <thead>
-            <tr>
-              <th>Target</th>
-              <th className="num">Score</th>
-              <th className="num">Latency</th>
-              <th className="num">Cost</th>
-              <th className="num">Load</th>
-              <th className="num">Latency EWMA</th>
-              <th className="num">Price</th>
-              <th className="num">In flight</th>
-              <th className="num">Picks</th>
-              <th className="num">Last pick</th>
-            </tr>
-          </thead>
-          <tbody>
-            {node.targets.map((t) => (
-              <tr key={t.target}>
-                <td>
-                  {t.provider} <span className="muted">→</span> <span className="mono">{t.upstream_model}</span>
-                </td>
-                <td className="num">
-                  <strong>{formatScore(t.score)}</strong>
-                </td>
-                <td className="num">{formatScore(t.latency)}</td>
-                <td className="num">{formatScore(t.cost)}</td>
-                <td className="num">{formatScore(t.load)}</td>
-                <td className="num">{formatMs(t.latency_ms)}</td>
-                <td className="num">{formatPrice(t.price)}</td>
-                <td className="num">{formatNumber(t.in_flight)}</td>
-                <td className="num">{formatNumber(t.picks)}</td>
-                <td className="num">{t.last_pick_age_ms == null ? "never" : `${formatDuration(t.last_pick_age_ms)} ago`}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table
+        columns={[
+          { label: "Target" },
+          { label: "Score", num: true },
+          { label: "Latency", num: true },
+          { label: "Cost", num: true },
+          { label: "Load", num: true },
+          { label: "Latency EWMA", num: true },
+          { label: "Price", num: true },
+          { label: "In flight", num: true },
+          { label: "Picks", num: true },
+          { label: "Last pick", num: true },
+        ]}
+      >
+        {node.targets.map((t) => (
+          <tr key={t.target}>
+            <td>
+              {t.provider} <span className="muted">→</span> <span className="mono">{t.upstream_model}</span>
+            </td>
+            <td className="num">
+              <strong>{formatScore(t.score)}</strong>
+            </td>
+            <td className="num">{formatScore(t.latency)}</td>
+            <td className="num">{formatScore(t.cost)}</td>
+            <td className="num">{formatScore(t.load)}</td>
+            <td className="num">{formatMs(t.latency_ms)}</td>
+            <td className="num">{formatPrice(t.price)}</td>
+            <td className="num">{formatNumber(t.in_flight)}</td>
+            <td className="num">{formatNumber(t.picks)}</td>
+            <td className="num">{t.last_pick_age_ms == null ? "never" : `${formatDuration(t.last_pick_age_ms)} ago`}</td>
+          </tr>
+        ))}
+      </Table>
     </div>
   );
 }

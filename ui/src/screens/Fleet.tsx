@@ -1,18 +1,18 @@
 import { useState } from "react";
 import type { LiveRoutes, LiveTarget, ProviderRow } from "../lib/api";
-import { useApp, useConfig, useLoad, useNow } from "../lib/hooks";
+import { useApp, useConfig, useGet, useNow } from "../lib/hooks";
 import { findProvider } from "../lib/routing";
 import { formatDuration, formatMs, formatNumber, formatPercent } from "../lib/format";
 import { href } from "../lib/router";
-import { Badge, Empty, ErrorBox, Link, Loading, PageHead, Panel, StrategyBadge } from "../components/common";
+import { Badge, Empty, ErrorBox, Link, Loading, PageHead, Panel, StrategyBadge, Table } from "../components/common";
 
 /// How often the fleet is polled while the screen is open.
 export const FLEET_POLL_MS = 2000;
 
 export function Fleet() {
-  const { api, session } = useApp();
+  const { session } = useApp();
   const [live, setLive] = useState(true);
-  const routes = useLoad(() => api.get<LiveRoutes>("/admin/routes"), [], { intervalMs: FLEET_POLL_MS, live });
+  const routes = useGet<LiveRoutes>("/admin/routes", { intervalMs: FLEET_POLL_MS, live });
   const config = useConfig();
   const now = useNow();
   const providers = config.data?.providers.data ?? [];
@@ -86,30 +86,25 @@ export function Fleet() {
           }
           aside={route.report.decisions ? decisionsLine(route.report.decisions) : undefined}
         >
-          <div className="table-wrap">
-            <table className="fleet">
-              <thead>
-                <tr>
-                  <th>Target</th>
-                  <th>Health</th>
-                  <th>Breaker</th>
-                  <th>Parked</th>
-                  <th className="num">In flight</th>
-                  <th className="num">Latency EWMA</th>
-                  <th className="num">Picks</th>
-                  <th className="num">Requests</th>
-                  <th className="num">Failures</th>
-                  <th>KV index</th>
-                  <th>LMCache</th>
-                </tr>
-              </thead>
-              <tbody>
-                {route.targets.map((target) => (
-                  <TargetRow key={`${target.provider}/${target.model}`} target={target} providers={providers} />
-                ))}
-              </tbody>
-            </table>
-          </div>
+          <Table className="fleet"
+            columns={[
+              { label: "Target" },
+              { label: "Health" },
+              { label: "Breaker" },
+              { label: "Parked" },
+              { label: "In flight", num: true },
+              { label: "Latency EWMA", num: true },
+              { label: "Picks", num: true },
+              { label: "Requests", num: true },
+              { label: "Failures", num: true },
+              { label: "KV index" },
+              { label: "LMCache" },
+            ]}
+          >
+            {route.targets.map((target) => (
+              <TargetRow key={`${target.provider}/${target.model}`} target={target} providers={providers} />
+            ))}
+          </Table>
         </Panel>
       ))}
     </>

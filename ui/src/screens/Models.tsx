@@ -1,7 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { ApiError, type CatalogRow, type LiveRoutes } from "../lib/api";
 import { applyEdits, fieldText } from "../lib/edit";
-import { useApp, useConfig, useLoad } from "../lib/hooks";
+import { useApp, useConfig, useGet } from "../lib/hooks";
 import { formatMs, formatNumber, formatPercent, formatPrice } from "../lib/format";
 import { groupView, priceRange, routeView, type RuleView, type TargetLine } from "../lib/routing";
 import { describeStrategy, weightsIgnoredNote } from "../lib/strategies";
@@ -13,10 +13,12 @@ import {
   FileManagedBadge,
   Link,
   Loading,
+  LoadState,
   PageHead,
   Panel,
   ReadOnlyNotice,
   StrategyBadge,
+  Table,
 } from "../components/common";
 import { TelemetryHint } from "../components/StrategyPicker";
 import { FLEET_POLL_MS } from "./Fleet";
@@ -75,103 +77,94 @@ export function ModelCatalog() {
         The models clients can call, where each goes and what it costs. Prices come from the catalog (per million
         tokens, by upstream model); a traffic split is stated only where the strategy reads target weights.
       </PageHead>
-      {config.error && <ErrorBox error={config.error} title="Could not read the configuration" />}
-      {config.loading && !data && <Loading what="the catalog" />}
-      {data && (
-        <>
-          <Panel title="Public models" aside={`${data.routes.data.length} routes`} testId="catalog-models">
-            {data.routes.data.length === 0 ? (
-              <Empty>No routes yet.</Empty>
-            ) : (
-              <div className="table-wrap">
-                <table>
-                  <thead>
-                    <tr>
-                      <th>Model</th>
-                      <th>Strategy</th>
-                      <th>Served by</th>
-                      <th>Traffic split</th>
-                      <th className="num">Input / Mtok</th>
-                      <th className="num">Output / Mtok</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {data.routes.data.map((route) => {
-                      const rule = routeView(route, providers, catalog);
-                      return (
-                        <tr key={rule.key} data-testid={`catalog-row-${rule.key}`}>
-                          <td>
-                            <Link to={href.model(rule.key)}>{rule.key}</Link>{" "}
-                            {data.routes.file_managed.includes(rule.key) && <FileManagedBadge />}
-                          </td>
-                          <td>
-                            <StrategyBadge strategy={rule.strategy} />
-                          </td>
-                          <td>
-                            <TargetsCell targets={rule.targets} />
-                          </td>
-                          <td>
-                            <SplitCell rule={rule} />
-                          </td>
-                          <td className="num">
-                            <PriceRange rule={rule} field="input_per_mtok" />
-                          </td>
-                          <td className="num">
-                            <PriceRange rule={rule} field="output_per_mtok" />
-                          </td>
-                        </tr>
-                      );
-                    })}
-                  </tbody>
-                </table>
-              </div>
-            )}
-          </Panel>
-          {data.groups.data.length > 0 && (
-            <Panel title="Provider-group addresses" aside="callers send group-slug/model">
-              <div className="table-wrap">
-                <table>
-                  <thead>
-                    <tr>
-                      <th>Address</th>
-                      <th>Strategy</th>
-                      <th>Members</th>
-                      <th>Traffic split</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {data.groups.data.map((group) => {
-                      const rule = groupView(group, providers, catalog);
-                      return (
-                        <tr key={rule.key}>
-                          <td className="mono">
-                            {rule.key}/&lt;model&gt;{" "}
-                            {data.groups.file_managed.includes(rule.key) && <FileManagedBadge />}
-                          </td>
-                          <td>
-                            <StrategyBadge strategy={rule.strategy} />
-                          </td>
-                          <td>
-                            <TargetsCell targets={rule.targets} />
-                          </td>
-                          <td>
-                            <SplitCell rule={rule} />
-                          </td>
-                        </tr>
-                      );
-                    })}
-                  </tbody>
-                </table>
-              </div>
+      <LoadState loaded={config} what="the catalog">
+        {(data) => (
+          <>
+            <Panel title="Public models" aside={`${data.routes.data.length} routes`} testId="catalog-models">
+              {data.routes.data.length === 0 ? (
+                <Empty>No routes yet.</Empty>
+              ) : (
+                <Table
+                  columns={[
+                    { label: "Model" },
+                    { label: "Strategy" },
+                    { label: "Served by" },
+                    { label: "Traffic split" },
+                    { label: "Input / Mtok", num: true },
+                    { label: "Output / Mtok", num: true },
+                  ]}
+                >
+                  {data.routes.data.map((route) => {
+                    const rule = routeView(route, providers, catalog);
+                    return (
+                      <tr key={rule.key} data-testid={`catalog-row-${rule.key}`}>
+                        <td>
+                          <Link to={href.model(rule.key)}>{rule.key}</Link>{" "}
+                          {data.routes.file_managed.includes(rule.key) && <FileManagedBadge />}
+                        </td>
+                        <RuleCells rule={rule} />
+                        <td className="num">
+                          <PriceRange rule={rule} field="input_per_mtok" />
+                        </td>
+                        <td className="num">
+                          <PriceRange rule={rule} field="output_per_mtok" />
+                        </td>
+                      </tr>
+                    );
+                  })}
+                </Table>
+              )}
             </Panel>
-          )}
-          <PriceList catalog={catalog} fileManaged={data.catalog.file_managed} routesUsing={(model) =>
-            data.routes.data
-              .filter((r) => (r.targets ?? []).some((t) => (t.model ?? r.model) === model))
-              .map((r) => r.model ?? "")
-          } onChange={config.reload} />
-        </>
-      )}
+            {data.groups.data.length > 0 && (
+              <Panel title="Provider-group addresses" aside="callers send group-slug/model">
+                <Table
+                  columns={[
+                    { label: "Address" },
+                    { label: "Strategy" },
+                    { label: "Members" },
+                    { label: "Traffic split" },
+                  ]}
+                >
+                  {data.groups.data.map((group) => {
+                    const rule = groupView(group, providers, catalog);
+                    return (
+                      <tr key={rule.key}>
+                        <td className="mono">
+                          {rule.key}/&lt;model&gt;{" "}
+                          {data.groups.file_managed.includes(rule.key) && <FileManagedBadge />}
+                        </td>
+                        <RuleCells rule={rule} />
+                      </tr>
+                    );
+                  })}
+                </Table>
+              </Panel>
+            )}
+            <PriceList catalog={catalog} fileManaged={data.catalog.file_managed} routesUsing={(model) =>
+              data.routes.data
+                .filter((r) => (r.targets ?? []).some((t) => (t.model ?? r.model) === model))
+                .map((r) => r.model ?? "")
+            } onChange={config.reload} />
+          </>
+        )}
+      </LoadState>
+    </>
+  );
+}
+
+/// A route's or group's strategy, targets and traffic split, as cells.
+function RuleCells(props: { rule: RuleView }) {
+  return (
+    <>
+      <td>
+        <StrategyBadge strategy={props.rule.strategy} />
+      </td>
+      <td>
+        <TargetsCell targets={props.rule.targets} />
+      </td>
+      <td>
+        <SplitCell rule={props.rule} />
+      </td>
     </>
   );
 }
@@ -187,82 +180,77 @@ function PriceList(props: {
   return (
     <Panel title="Prices" aside="currency units per million tokens, by upstream model" testId="price-list">
       <ReadOnlyNotice />
-      <div className="table-wrap">
-        <table>
-          <thead>
-            <tr>
-              <th>Upstream model</th>
-              <th className="num">Input</th>
-              <th className="num">Output</th>
-              <th>Used by</th>
-              <th />
+      <Table
+        columns={[
+          { label: "Upstream model" },
+          { label: "Input", num: true },
+          { label: "Output", num: true },
+          { label: "Used by" },
+          {},
+        ]}
+      >
+        {props.catalog.map((entry) => {
+          const model = entry.model ?? "";
+          const fileManaged = props.fileManaged.includes(model);
+          if (editing === model) {
+            return (
+              <PriceForm
+                key={model}
+                entry={entry}
+                onDone={(changed) => {
+                  setEditing(null);
+                  if (changed) props.onChange();
+                }}
+              />
+            );
+          }
+          const users = props.routesUsing(model);
+          return (
+            <tr key={model}>
+              <td className="mono">
+                {model} {fileManaged && <FileManagedBadge />}
+              </td>
+              <td className="num">{formatPrice(entry.input_per_mtok)}</td>
+              <td className="num">{formatPrice(entry.output_per_mtok)}</td>
+              <td className="small">
+                {users.length === 0 ? <span className="faint">no route</span> : users.join(", ")}
+              </td>
+              <td className="num">
+                {canEdit && !fileManaged && (
+                  <button type="button" onClick={() => setEditing(model)}>
+                    Edit
+                  </button>
+                )}
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {props.catalog.map((entry) => {
-              const model = entry.model ?? "";
-              const fileManaged = props.fileManaged.includes(model);
-              if (editing === model) {
-                return (
-                  <PriceForm
-                    key={model}
-                    entry={entry}
-                    onDone={(changed) => {
-                      setEditing(null);
-                      if (changed) props.onChange();
-                    }}
-                  />
-                );
-              }
-              const users = props.routesUsing(model);
-              return (
-                <tr key={model}>
-                  <td className="mono">
-                    {model} {fileManaged && <FileManagedBadge />}
-                  </td>
-                  <td className="num">{formatPrice(entry.input_per_mtok)}</td>
-                  <td className="num">{formatPrice(entry.output_per_mtok)}</td>
-                  <td className="small">
-                    {users.length === 0 ? <span className="faint">no route</span> : users.join(", ")}
-                  </td>
-                  <td className="num">
-                    {canEdit && !fileManaged && (
-                      <button type="button" onClick={() => setEditing(model)}>
-                        Edit
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              );
-            })}
-            {props.catalog.length === 0 && (
-              <tr>
-                <td colSpan={5} className="muted">
-                  No prices: every model is cost-neutral for adaptive routing.
-                </td>
-              </tr>
-            )}
-            {canEdit &&
-              (editing === "" ? (
-                <PriceForm
-                  entry={null}
-                  onDone={(changed) => {
-                    setEditing(null);
-                    if (changed) props.onChange();
-                  }}
-                />
-              ) : (
-                <tr>
-                  <td colSpan={5}>
-                    <button type="button" onClick={() => setEditing("")}>
-                      Add a price
-                    </button>
-                  </td>
-                </tr>
-              ))}
-          </tbody>
-        </table>
-      </div>
+          );
+        })}
+        {props.catalog.length === 0 && (
+          <tr>
+            <td colSpan={5} className="muted">
+              No prices: every model is cost-neutral for adaptive routing.
+            </td>
+          </tr>
+        )}
+        {canEdit &&
+          (editing === "" ? (
+            <PriceForm
+              entry={null}
+              onDone={(changed) => {
+                setEditing(null);
+                if (changed) props.onChange();
+              }}
+            />
+          ) : (
+            <tr>
+              <td colSpan={5}>
+                <button type="button" onClick={() => setEditing("")}>
+                  Add a price
+                </button>
+              </td>
+            </tr>
+          ))}
+      </Table>
     </Panel>
   );
 }
@@ -340,9 +328,9 @@ function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean)
 }
 
 export function ModelSheet(props: { model: string }) {
-  const { api, canEdit } = useApp();
+  const { canEdit } = useApp();
   const config = useConfig();
-  const live = useLoad(() => api.get<LiveRoutes>("/admin/routes"), [], { intervalMs: FLEET_POLL_MS });
+  const live = useGet<LiveRoutes>("/admin/routes", { intervalMs: FLEET_POLL_MS });
   const data = config.data;
   const route = data?.routes.data.find((r) => r.model === props.model);
   const liveRoute = live.data?.routes.find((r) => r.model === props.model);
@@ -379,51 +367,46 @@ export function ModelSheet(props: { model: string }) {
             {weightsIgnoredNote(rule.strategy)}
           </p>
         )}
-        <div className="table-wrap">
-          <table>
-            <thead>
-              <tr>
-                <th>Provider</th>
-                <th>Upstream model</th>
-                <th className="num">Weight</th>
-                {rule.sharesStated && <th className="num">Traffic share</th>}
-                <th className="num">Input / Mtok</th>
-                <th className="num">Output / Mtok</th>
-                <th>Health</th>
-                <th className="num">In flight</th>
-                <th className="num">Latency EWMA</th>
-                <th className="num">Picks</th>
+        <Table
+          columns={[
+            { label: "Provider" },
+            { label: "Upstream model" },
+            { label: "Weight", num: true },
+            rule.sharesStated && { label: "Traffic share", num: true },
+            { label: "Input / Mtok", num: true },
+            { label: "Output / Mtok", num: true },
+            { label: "Health" },
+            { label: "In flight", num: true },
+            { label: "Latency EWMA", num: true },
+            { label: "Picks", num: true },
+          ]}
+        >
+          {rule.targets.map((t, i) => {
+            const load = liveRoute?.targets.find(
+              (l) => l.provider === t.providerSlug && l.model === t.upstreamModel,
+            );
+            return (
+              <tr key={i}>
+                <td>
+                  {t.providerSlug ? <Link to={href.provider(t.providerSlug)}>{t.providerName}</Link> : t.providerName}
+                </td>
+                <td className="mono">{t.upstreamModel}</td>
+                <td className={`num ${rule.sharesStated ? "" : "faint"}`}>{t.weight}</td>
+                {rule.sharesStated && (
+                  <td className="num" data-testid="traffic-share">
+                    {formatPercent(t.share, 1)}
+                  </td>
+                )}
+                <td className="num">{t.price ? formatPrice(t.price.input_per_mtok) : <span className="faint">—</span>}</td>
+                <td className="num">{t.price ? formatPrice(t.price.output_per_mtok) : <span className="faint">—</span>}</td>
+                <td>{load ? load.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad">down</Badge> : "—"}</td>
+                <td className="num">{load ? formatNumber(load.in_flight) : "—"}</td>
+                <td className="num">{load ? formatMs(load.latency_ewma_ms) : "—"}</td>
+                <td className="num">{load ? formatNumber(load.picks) : "—"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {rule.targets.map((t, i) => {
-                const load = liveRoute?.targets.find(
-                  (l) => l.provider === t.providerSlug && l.model === t.upstreamModel,
-                );
-                return (
-                  <tr key={i}>
-                    <td>
-                      {t.providerSlug ? <Link to={href.provider(t.providerSlug)}>{t.providerName}</Link> : t.providerName}
-                    </td>
-                    <td className="mono">{t.upstreamModel}</td>
-                    <td className={`num ${rule.sharesStated ? "" : "faint"}`}>{t.weight}</td>
-                    {rule.sharesStated && (
-                      <td className="num" data-testid="traffic-share">
-                        {formatPercent(t.share, 1)}
-                      </td>
-                    )}
-                    <td className="num">{t.price ? formatPrice(t.price.input_per_mtok) : <span className="faint">—</span>}</td>
-                    <td className="num">{t.price ? formatPrice(t.price.output_per_mtok) : <span className="faint">—</span>}</td>
-                    <td>{load ? load.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad">down</Badge> : "—"}</td>
-                    <td className="num">{load ? formatNumber(load.in_flight) : "—"}</td>
-                    <td className="num">{load ? formatMs(load.latency_ewma_ms) : "—"}</td>
-                    <td className="num">{load ? formatNumber(load.picks) : "—"}</td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
+            );
+          })}
+        </Table>
         <TelemetryHint
           strategy={rule.strategy}
           noun="route"

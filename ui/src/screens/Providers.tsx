@@ -3,9 +3,10 @@
 // included, editable for providers kept in the database (control nodes).
 
 import { useState, type FormEvent, type ReactNode } from "react";
-import { ApiError, type KvEventsSource, type LmcacheSource, type ProviderRow } from "../lib/api";
+import { ApiError, type EngineTelemetry, type KvEventsSource, type LmcacheSource, type ProviderRow } from "../lib/api";
+import { FIELD_HELP } from "../lib/api.gen";
 import { applyEdits, fieldText, type FieldEdit, type FieldKind } from "../lib/edit";
-import { useApp, useConfig, useLoad } from "../lib/hooks";
+import { useApp, useConfig, useGet } from "../lib/hooks";
 import { formatDuration, formatNumber, formatPercent } from "../lib/format";
 import { usersOf } from "../lib/routing";
 import { href, navigate } from "../lib/router";
@@ -14,43 +15,19 @@ import {
   Empty,
   ErrorBox,
   FileManagedBadge,
+  Help,
   Link,
   Loading,
+  LoadState,
   PageHead,
   Panel,
   ReadOnlyNotice,
+  Table,
 } from "../components/common";
-
-interface KvIndexSummary {
-  provider: string;
-  configured: boolean;
-  usable: boolean;
-  blocks_resident: number;
-  block_size: number;
-  data_parallel_size: number;
-  messages: number;
-  gaps: number;
-  ranks: { rank: number; connected: boolean; stale: boolean; rebuilding: boolean; usable: boolean; last_message_age_ms: number | null }[];
-}
-
-interface OccupancySummary {
-  occupancy: number | null;
-  cache_available: boolean;
-  age_ms: number | null;
-  fresh: boolean;
-  polls: number;
-  failures: number;
-}
-
-interface EngineTelemetry {
-  kv_indexes: KvIndexSummary[];
-  lmcache: Record<string, OccupancySummary>;
-}
 
 export function Providers() {
   const { canEdit } = useApp();
   const config = useConfig();
-  const data = config.data;
   return (
     <>
       <PageHead
@@ -67,86 +44,84 @@ export function Providers() {
         <code>kv_events</code> for precise_cache_aware, <code>lmcache</code> for lmcache_aware.
       </PageHead>
       <ReadOnlyNotice />
-      {config.error && <ErrorBox error={config.error} title="Could not read the providers" />}
-      {config.loading && !data && <Loading what="the providers" />}
-      {data && (
-        <Panel testId="providers-table">
-          {data.providers.data.length === 0 ? (
-            <Empty>No providers yet.</Empty>
-          ) : (
-            <div className="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Name</th>
-                    <th>Slug</th>
-                    <th>Base URL</th>
-                    <th>KV events</th>
-                    <th>LMCache</th>
-                    <th>Used by</th>
-                    <th>Defined in</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {data.providers.data.map((provider) => {
-                    const users = usersOf(provider, data.routes.data, data.groups.data);
-                    const slug = provider.slug ?? "";
-                    return (
-                      <tr key={slug} data-testid={`provider-row-${slug}`}>
-                        <td>
-                          <Link to={href.provider(slug)}>{provider.name}</Link>
-                        </td>
-                        <td className="mono">{slug}</td>
-                        <td className="mono small">{provider.base_url}</td>
-                        <td className="mono small">{provider.kv_events?.endpoint ?? <span className="faint">—</span>}</td>
-                        <td className="mono small">{provider.lmcache?.endpoint ?? <span className="faint">—</span>}</td>
-                        <td className="small">
-                          {[...users.routes, ...users.groups.map((g) => `${g}/…`)].join(", ") || (
-                            <span className="faint">nothing</span>
-                          )}
-                        </td>
-                        <td>{data.providers.file_managed.includes(slug) ? <FileManagedBadge /> : <Badge tone="accent">database</Badge>}</td>
-                      </tr>
-                    );
-                  })}
-                </tbody>
-              </table>
-            </div>
-          )}
-        </Panel>
-      )}
+      <LoadState loaded={config} what="the providers">
+        {(data) => (
+          <Panel testId="providers-table">
+            {data.providers.data.length === 0 ? (
+              <Empty>No providers yet.</Empty>
+            ) : (
+              <Table
+                columns={[
+                  { label: "Name" },
+                  { label: "Slug" },
+                  { label: "Base URL" },
+                  { label: "KV events" },
+                  { label: "LMCache" },
+                  { label: "Used by" },
+                  { label: "Defined in" },
+                ]}
+              >
+                {data.providers.data.map((provider) => {
+                  const users = usersOf(provider, data.routes.data, data.groups.data);
+                  const slug = provider.slug ?? "";
+                  return (
+                    <tr key={slug} data-testid={`provider-row-${slug}`}>
+                      <td>
+                        <Link to={href.provider(slug)}>{provider.name}</Link>
+                      </td>
+                      <td className="mono">{slug}</td>
+                      <td className="mono small">{provider.base_url}</td>
+                      <td className="mono small">{provider.kv_events?.endpoint ?? <span className="faint">—</span>}</td>
+                      <td className="mono small">{provider.lmcache?.endpoint ?? <span className="faint">—</span>}</td>
+                      <td className="small">
+                        {[...users.routes, ...users.groups.map((g) => `${g}/…`)].join(", ") || (
+                          <span className="faint">nothing</span>
+                        )}
+                      </td>
+                      <td>{data.providers.file_managed.includes(slug) ? <FileManagedBadge /> : <Badge tone="accent">database</Badge>}</td>
+                    </tr>
+                  );
+                })}
+              </Table>
+            )}
+          </Panel>
+        )}
+      </LoadState>
     </>
   );
 }
 
+const PROVIDER = FIELD_HELP.ProviderTable;
 const GENERAL: { key: keyof ProviderRow; label: string; kind: FieldKind; help: string; createOnly?: boolean }[] = [
-  { key: "name", label: "Name", kind: "text", help: "Display name; unique." },
-  { key: "slug", label: "Slug", kind: "text", help: "Identifier in provider-slug/model addresses, metrics and headers. Derived from the name when empty; cannot be changed later.", createOnly: true },
-  { key: "base_url", label: "Base URL", kind: "text", help: "The server root, e.g. http://10.0.0.11:8000, without /v1 (rolter appends it)." },
-  { key: "api_key_env", label: "API key variable", kind: "text", help: "Environment variable holding the bearer token sent upstream, on every node that serves traffic. Empty: no credentials." },
-  { key: "health_path", label: "Health path", kind: "text", help: "Probed for health. Default /v1/models." },
-  { key: "max_loras", label: "Max LoRAs", kind: "int", help: "Adapters the engine holds at once (vLLM --max-loras), for lora_aware. Default 8." },
-  { key: "ca_file", label: "CA file", kind: "text", help: "PEM bundle of extra trusted CAs for an https:// base URL." },
+  { key: "name", label: "Name", kind: "text", help: PROVIDER.name },
+  { key: "slug", label: "Slug", kind: "text", help: `${PROVIDER.slug} It cannot be changed later.`, createOnly: true },
+  { key: "base_url", label: "Base URL", kind: "text", help: PROVIDER.base_url },
+  { key: "api_key_env", label: "API key variable", kind: "text", help: `${PROVIDER.api_key_env} Set on every node that serves traffic.` },
+  { key: "health_path", label: "Health path", kind: "text", help: PROVIDER.health_path },
+  { key: "max_loras", label: "Max LoRAs", kind: "int", help: PROVIDER.max_loras },
+  { key: "ca_file", label: "CA file", kind: "text", help: PROVIDER.ca_file },
 ];
 
+const KV = FIELD_HELP.KvEventsTable;
 const KV_FIELDS: { key: keyof KvEventsSource; label: string; kind: FieldKind; help: string }[] = [
-  { key: "endpoint", label: "Endpoint", kind: "text", help: "The engine's ZMQ publisher as rolter connects to it, tcp://host:port (vLLM --kv-events-config endpoint, with the engine's host)." },
-  { key: "replay_endpoint", label: "Replay endpoint", kind: "text", help: "The engine's ROUTER for replaying missed batches, tcp://host:port. Without it a gap clears the index." },
-  { key: "topic", label: "Topic", kind: "text", help: "Subscription prefix. Default: every topic." },
-  { key: "block_size", label: "Block size", kind: "int", help: "Tokens per KV block; must equal the engine's --block-size. Default 16." },
-  { key: "data_parallel_size", label: "Data-parallel ranks", kind: "int", help: "Rank r publishes on the endpoint's port + r. Default 1." },
+  { key: "endpoint", label: "Endpoint", kind: "text", help: KV.endpoint },
+  { key: "replay_endpoint", label: "Replay endpoint", kind: "text", help: KV.replay_endpoint },
+  { key: "topic", label: "Topic", kind: "text", help: KV.topic },
+  { key: "block_size", label: "Block size", kind: "int", help: KV.block_size },
+  { key: "data_parallel_size", label: "Data-parallel ranks", kind: "int", help: KV.data_parallel_size },
 ];
 
+const LMCACHE = FIELD_HELP.LmcacheTable;
 const LMCACHE_FIELDS: { key: keyof LmcacheSource; label: string; kind: FieldKind; help: string }[] = [
-  { key: "endpoint", label: "Endpoint", kind: "text", help: "http(s) URL answering the occupancy signal." },
-  { key: "metric", label: "Metric", kind: "text", help: "With the prometheus format: the gauge holding the occupancy in [0, 1]." },
-  { key: "poll_interval_secs", label: "Poll interval (s)", kind: "int", help: "Default 2." },
-  { key: "stale_after_secs", label: "Stale after (s)", kind: "int", help: "A reading older than this is ignored. Default 10; more than the poll interval." },
+  { key: "endpoint", label: "Endpoint", kind: "text", help: LMCACHE.endpoint },
+  { key: "metric", label: "Metric", kind: "text", help: LMCACHE.metric },
+  { key: "poll_interval_secs", label: "Poll interval (s)", kind: "int", help: LMCACHE.poll_interval_secs },
+  { key: "stale_after_secs", label: "Stale after (s)", kind: "int", help: LMCACHE.stale_after_secs },
 ];
 
 type Texts = Record<string, string>;
 
-function textsOf<T extends object>(row: T | undefined, keys: readonly { key: keyof T }[]): Texts {
+function textsOf<T extends object>(row: T | null | undefined, keys: readonly { key: keyof T }[]): Texts {
   const texts: Texts = {};
   for (const { key } of keys) texts[key as string] = fieldText(row?.[key]);
   return texts;
@@ -267,7 +242,7 @@ function ProviderForm(props: {
       <label htmlFor={id}>{label}</label>
       <div>
         <input id={id} value={value} disabled={options.disabled} onChange={(e) => onChange(e.target.value)} />
-        <div className="help">{help}</div>
+        <Help text={help} />
         {options.error && <div className="field-error">{options.error}</div>}
       </div>
     </>
@@ -318,7 +293,7 @@ function ProviderForm(props: {
                   <option value="true">verify</option>
                   <option value="false">do not verify (warned)</option>
                 </select>
-                <div className="help">Whether an https:// provider's certificate is checked.</div>
+                <Help text={PROVIDER.tls_verify} />
               </div>
             </div>
           </Panel>
@@ -405,8 +380,7 @@ function ProviderForm(props: {
 
 /// What this node reads from the provider's sources right now.
 function LiveSources(props: { slug: string; provider: ProviderRow }) {
-  const { api } = useApp();
-  const telemetry = useLoad(() => api.get<EngineTelemetry>("/admin/kv-index"), [], { intervalMs: 5000 });
+  const telemetry = useGet<EngineTelemetry>("/admin/kv-index", { intervalMs: 5000 });
   if (!props.provider.kv_events && !props.provider.lmcache) return null;
   const kv = telemetry.data?.kv_indexes.find((k) => k.provider === props.slug);
   const lm = telemetry.data?.lmcache[props.slug];

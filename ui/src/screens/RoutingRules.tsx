@@ -3,14 +3,21 @@ import { formatPercent, formatPrice } from "../lib/format";
 import { groupView, routeView, type RuleView } from "../lib/routing";
 import { describeStrategy, weightsIgnoredNote } from "../lib/strategies";
 import { href } from "../lib/router";
-import { Empty, ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice, StrategyBadge } from "../components/common";
+import {
+  Empty,
+  FileManagedBadge,
+  Link,
+  LoadState,
+  PageHead,
+  ReadOnlyNotice,
+  StrategyBadge,
+} from "../components/common";
 
 const SHARE_COLOURS = ["#1f5fd1", "#37a169", "#d69e2e", "#805ad5", "#dd6b20", "#319795", "#e53e3e", "#718096"];
 
 export function RoutingRules() {
   const { canEdit } = useApp();
   const config = useConfig();
-  const data = config.data;
   return (
     <>
       <PageHead
@@ -32,44 +39,44 @@ export function RoutingRules() {
         <code> group-slug/model</code> addresses over its members.
       </PageHead>
       <ReadOnlyNotice />
-      {config.error && <ErrorBox error={config.error} title="Could not read the configuration" />}
-      {config.loading && !data && <Loading what="the routing rules" />}
-      {data && (
-        <>
-          <h2>Routes</h2>
-          {data.routes.data.length === 0 && <Empty>No routes yet.</Empty>}
-          <div className="cards">
-            {data.routes.data.map((route) => {
-              const rule = routeView(route, data.providers.data, data.catalog.data);
-              return (
-                <RuleCard
-                  key={rule.key}
-                  rule={rule}
-                  fileManaged={data.routes.file_managed.includes(rule.key)}
-                  editTo={href.editRoute(rule.key)}
-                  sheetTo={href.model(rule.key)}
-                />
-              );
-            })}
-          </div>
-          <h2>Provider groups</h2>
-          {data.groups.data.length === 0 && <Empty>No provider groups.</Empty>}
-          <div className="cards">
-            {data.groups.data.map((group) => {
-              const rule = groupView(group, data.providers.data, data.catalog.data);
-              return (
-                <RuleCard
-                  key={rule.key}
-                  rule={rule}
-                  title={`${rule.key}/<model>`}
-                  fileManaged={data.groups.file_managed.includes(rule.key)}
-                  editTo={href.editGroup(rule.key)}
-                />
-              );
-            })}
-          </div>
-        </>
-      )}
+      <LoadState loaded={config} what="the routing rules">
+        {(data) => (
+          <>
+            <h2>Routes</h2>
+            {data.routes.data.length === 0 && <Empty>No routes yet.</Empty>}
+            <div className="cards">
+              {data.routes.data.map((route) => {
+                const rule = routeView(route, data.providers.data, data.catalog.data);
+                return (
+                  <RuleCard
+                    key={rule.key}
+                    rule={rule}
+                    fileManaged={data.routes.file_managed.includes(rule.key)}
+                    editTo={href.editRoute(rule.key)}
+                    sheetTo={href.model(rule.key)}
+                  />
+                );
+              })}
+            </div>
+            <h2>Provider groups</h2>
+            {data.groups.data.length === 0 && <Empty>No provider groups.</Empty>}
+            <div className="cards">
+              {data.groups.data.map((group) => {
+                const rule = groupView(group, data.providers.data, data.catalog.data);
+                return (
+                  <RuleCard
+                    key={rule.key}
+                    rule={rule}
+                    title={`${rule.key}/<model>`}
+                    fileManaged={data.groups.file_managed.includes(rule.key)}
+                    editTo={href.editGroup(rule.key)}
+                  />
+                );
+              })}
+            </div>
+          </>
+        )}
+      </LoadState>
     </>
   );
 }

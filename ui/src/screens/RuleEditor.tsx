@@ -3,21 +3,21 @@
 // strategy picker follows lib/picker.ts.
 
 import { useState, type FormEvent } from "react";
-import { ApiError, type GroupRow, type ProviderRow, type RouteRow } from "../lib/api";
+import { ApiError, type GroupRow, type Problem, type ProviderRow, type RouteRow } from "../lib/api";
 import { applyEdits, draftOf, entriesOf, fieldText, newDraft, type EntryDraft } from "../lib/edit";
 import { useApp, useConfig } from "../lib/hooks";
 import { formatPercent } from "../lib/format";
 import { effectiveStrategy, pickerValue, strategyToSave } from "../lib/picker";
 import { trafficShares, usesWeights } from "../lib/strategies";
 import { href, navigate } from "../lib/router";
-import { ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice } from "../components/common";
+import { ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice, Table } from "../components/common";
 import { StrategyPicker } from "../components/StrategyPicker";
 
 type Kind = "route" | "group";
 
 interface Saved {
   version?: number;
-  warnings?: { field: string | null; message: string }[];
+  warnings?: Problem[];
 }
 
 export function RouteEditor(props: { model: string | null }) {
@@ -113,8 +113,8 @@ function EditorForm(props: {
   const effective = effectiveStrategy(strategy);
   const shares = trafficShares(effective, drafts.map((d) => ({ weight: /^\d+$/.test(d.weight) ? Number(d.weight) : null })));
 
-  const update = (i: number, patch: Partial<EntryDraft>) =>
-    setDrafts((all) => all.map((d, j) => (j === i ? { ...d, ...patch } : d)));
+  const update = (id: number, patch: Partial<EntryDraft>) =>
+    setDrafts((all) => all.map((d) => (d.id === id ? { ...d, ...patch } : d)));
 
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -251,58 +251,53 @@ function EditorForm(props: {
               Weights are ignored by {effective}: a weight set here is stored and never consulted.
             </p>
           )}
-          <div className="table-wrap">
-            <table className="entries">
-              <thead>
-                <tr>
-                  <th style={{ width: "32%" }}>Provider</th>
-                  <th>{kind === "route" ? "Upstream model" : "Model (optional)"}</th>
-                  <th style={{ width: 110 }}>Weight</th>
-                  {shares && <th className="num">Share</th>}
-                  <th style={{ width: 90 }} />
-                </tr>
-              </thead>
-              <tbody>
-                {drafts.map((draft, i) => (
-                  <tr key={i} data-testid="entry-row">
-                    <td>
-                      <ProviderSelect
-                        value={draft.provider}
-                        providers={props.providers}
-                        onChange={(provider) => update(i, { provider })}
-                        label={`Provider of line ${i + 1}`}
-                      />
-                    </td>
-                    <td>
-                      <input
-                        aria-label={`Model of line ${i + 1}`}
-                        value={draft.model}
-                        onChange={(e) => update(i, { model: e.target.value })}
-                        placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
-                      />
-                    </td>
-                    <td>
-                      <input
-                        aria-label={`Weight of line ${i + 1}`}
-                        inputMode="numeric"
-                        value={draft.weight}
-                        placeholder="1"
-                        onChange={(e) => update(i, { weight: e.target.value })}
-                      />
-                    </td>
-                    {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
-                    <td className="num">
-                      {!readOnly && (
-                        <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((_, j) => j !== i))}>
-                          Remove
-                        </button>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+          <Table className="entries"
+            columns={[
+              { label: "Provider", width: "32%" },
+              { label: kind === "route" ? "Upstream model" : "Model (optional)" },
+              { label: "Weight", width: 110 },
+              shares && { label: "Share", num: true },
+              { width: 90 },
+            ]}
+          >
+            {drafts.map((draft, i) => (
+              <tr key={draft.id} data-testid="entry-row">
+                <td>
+                  <ProviderSelect
+                    value={draft.provider}
+                    providers={props.providers}
+                    onChange={(provider) => update(draft.id, { provider })}
+                    label={`Provider of line ${i + 1}`}
+                  />
+                </td>
+                <td>
+                  <input
+                    aria-label={`Model of line ${i + 1}`}
+                    value={draft.model}
+                    onChange={(e) => update(draft.id, { model: e.target.value })}
+                    placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
+                  />
+                </td>
+                <td>
+                  <input
+                    aria-label={`Weight of line ${i + 1}`}
+                    inputMode="numeric"
+                    value={draft.weight}
+                    placeholder="1"
+                    onChange={(e) => update(draft.id, { weight: e.target.value })}
+                  />
+                </td>
+                {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
+                <td className="num">
+                  {!readOnly && (
+                    <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((d) => d.id !== draft.id))}>
+                      Remove
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </Table>
           {!readOnly && (
             <button type="button" style={{ marginTop: 8 }} onClick={() => setDrafts((all) => [...all, newDraft(props.providers[0]?.slug ?? "")])}>
               Add {kind === "route" ? "target" : "member"}
@@ -354,7 +349,7 @@ function ProviderSelect(props: { value: string; providers: ProviderRow[]; onChan
     <select aria-label={props.label} value={props.value} onChange={(e) => props.onChange(e.target.value)}>
       {!known && <option value={props.value}>{props.value || "choose a provider"}</option>}
       {props.providers.map((p) => (
-        <option key={p.slug} value={p.slug}>
+        <option key={p.slug} value={p.slug ?? ""}>
           {p.name} ({p.slug})
         </option>
       ))}
