@@ -271,16 +271,8 @@ impl TargetStatsView for TrackerView {
             .is_some_and(|t| t.spend_warm_up(budget))
     }
 
-    fn predicted_latency_ms(
-        &self,
-        target: usize,
-        queue_depth: u64,
-        prompt_ktokens: f64,
-    ) -> Option<f64> {
-        self.targets
-            .get(target)?
-            .latency_model
-            .predict(queue_depth, prompt_ktokens)
+    fn latency_model(&self, target: usize) -> Option<&LatencyModel> {
+        self.targets.get(target).map(|t| &t.latency_model)
     }
 }
 

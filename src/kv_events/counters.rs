@@ -91,6 +91,21 @@ impl Counters {
         }
     }
 
+    pub(super) fn replays(&self) -> ReplayCounts {
+        ReplayCounts {
+            ok: load(&self.replays_ok),
+            failed: load(&self.replays_failed),
+        }
+    }
+
+    pub(super) fn resets(&self) -> ResetCounts {
+        ResetCounts {
+            gap: load(&self.resets_gap),
+            restart: load(&self.resets_restart),
+            malformed: load(&self.resets_malformed),
+        }
+    }
+
     pub(super) fn events(&self) -> EventCounts {
         EventCounts {
             block_stored: self.block_stored.snapshot(),

@@ -176,6 +176,30 @@ pub struct BlockStored {
     pub group_idx: Option<i64>,
 }
 
+#[cfg(test)]
+impl BlockStored {
+    /// Blocks `hashes` stored on the GPU after `parent`, of `block_size`
+    /// tokens each, with nothing else set: the event most tests feed.
+    pub(crate) fn plain(
+        hashes: &[u64],
+        parent: Option<u64>,
+        token_ids: &[u32],
+        block_size: usize,
+    ) -> Self {
+        BlockStored {
+            block_hashes: hashes.iter().map(|&h| EngineBlockId(h)).collect(),
+            parent_block_hash: parent.map(EngineBlockId),
+            token_ids: token_ids.to_vec(),
+            block_size: Some(block_size),
+            lora_id: None,
+            medium: Medium::Gpu,
+            lora_name: None,
+            extra_keys: None,
+            group_idx: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockRemoved {
     pub block_hashes: Vec<EngineBlockId>,

@@ -43,8 +43,7 @@ use std::time::Duration;
 use super::block_hash::{self, adapter_root, block_hashes_from, with_extra_keys, ROOT_SEED};
 use super::blocks::{BlockKey, RankBlocks};
 use super::counters::{
-    add, bump, load, worth_a_warning, Counters, KvIndexSummary, RankSummary, ReplayCounts,
-    ResetCounts, ResetReason,
+    add, bump, load, worth_a_warning, Counters, KvIndexSummary, RankSummary, ResetReason,
 };
 use super::decode::{
     BatchEntry, BlockRemoved, BlockStored, DecodeError, EventBatch, KvEvent, Skipped,
@@ -356,15 +355,8 @@ impl KvIndex {
             evictions: load(&c.evictions),
             gaps: load(&c.gaps),
             duplicates: load(&c.duplicates),
-            replays: ReplayCounts {
-                ok: load(&c.replays_ok),
-                failed: load(&c.replays_failed),
-            },
-            resets: ResetCounts {
-                gap: load(&c.resets_gap),
-                restart: load(&c.resets_restart),
-                malformed: load(&c.resets_malformed),
-            },
+            replays: c.replays(),
+            resets: c.resets(),
             connects: load(&c.connects),
             connect_failures: load(&c.connect_failures),
             disconnects: load(&c.disconnects),

@@ -35,9 +35,8 @@ impl KvBlockView for KvTargetsView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_events::decode::{BatchEntry, BlockStored, EngineBlockId, EventBatch, KvEvent};
+    use crate::kv_events::decode::{BatchEntry, BlockStored, EventBatch, KvEvent};
     use crate::kv_events::index::{KvIndexOptions, KvIndexSettings};
-    use crate::kv_events::Medium;
 
     #[test]
     fn each_target_reads_its_own_index_and_unknown_targets_are_neutral() {
@@ -51,17 +50,12 @@ mod tests {
         writer.record_message();
         writer.apply(&EventBatch {
             ts: 0.0,
-            entries: vec![BatchEntry::Event(KvEvent::BlockStored(BlockStored {
-                block_hashes: vec![EngineBlockId(1)],
-                parent_block_hash: None,
-                token_ids: vec![7, 8],
-                block_size: Some(2),
-                lora_id: None,
-                medium: Medium::Gpu,
-                lora_name: None,
-                extra_keys: None,
-                group_idx: None,
-            }))],
+            entries: vec![BatchEntry::Event(KvEvent::BlockStored(BlockStored::plain(
+                &[1],
+                None,
+                &[7, 8],
+                2,
+            )))],
             data_parallel_rank: None,
         });
         let view = KvTargetsView::new(vec![None, Some(index)]);

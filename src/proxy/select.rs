@@ -1,7 +1,7 @@
 //! Choosing the target of an attempt: the route's balancer over the
 //! eligible targets (`eligibility.rs`), confirmed by the target's breaker.
 
-use rolter_balancer::RouteContext;
+use rolter_balancer::{Candidates, RouteContext};
 
 use super::eligibility::Eligibility;
 use crate::snapshot::Route;
@@ -17,7 +17,9 @@ pub fn pick(
     loads: &[u64],
 ) -> Option<usize> {
     let eligible = |i: usize| rule.is_eligible(i);
-    let picked = route.balancer.pick_eligible(routing, loads, &eligible)?;
+    let picked = route
+        .balancer
+        .pick_eligible(routing, Candidates::new(loads, &eligible))?;
     if eligible(picked) {
         return Some(picked);
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rolter_balancer::{
-    build, AdaptivePolicy, BuildContext, LatencyModel, Price, RouteContext, StrategyKind,
-    TargetSpec, TargetStatsView,
+    build, AdaptivePolicy, BuildContext, Candidates, LatencyModel, LoadBalancer, Price,
+    RouteContext, StrategyKind, TargetSpec, TargetStatsView,
 };
 
 const TARGET_COUNTS: [usize; 2] = [8, 64];
@@ -70,10 +70,8 @@ fn pick_and_observe(c: &mut Criterion) {
         for n in TARGET_COUNTS {
             let (ids, loads) = route(n);
             let targets = specs(&ids);
-            let excluded = n / 2;
-            let eligible = move |i: usize| i != excluded;
-            for &kind in StrategyKind::ALL {
-                let lb = build(kind, &BuildContext::new(&targets, 42));
+            let eligible = all_but_middle(n);
+            for (kind, lb) in every_strategy(&targets) {
                 let id = BenchmarkId::new(kind.as_str(), format!("{n}x{}KiB", bytes / 1024));
                 group.bench_function(id, |b| {
                     let mut request: usize = 0;
@@ -91,12 +89,7 @@ fn pick_and_observe(c: &mut Criterion) {
                             adapter: Some(adapters[c % adapters.len()]),
                             now_ms,
                         };
-                        let picked =
-                            lb.pick_eligible(black_box(&ctx), black_box(&loads), &eligible);
-                        if let Some(target) = picked {
-                            lb.observe(target, &ctx);
-                        }
-                        picked
+                        serve_one(lb.as_ref(), &ctx, &loads, &eligible)
                     });
                 });
             }
@@ -105,15 +98,43 @@ fn pick_and_observe(c: &mut Criterion) {
     group.finish();
 }
 
+/// Every target eligible but the middle one, as when one engine is down.
+fn all_but_middle(n: usize) -> impl Fn(usize) -> bool + Copy {
+    let excluded = n / 2;
+    move |i| i != excluded
+}
+
+/// Every strategy, each built over `targets` with the same seed.
+fn every_strategy<'a>(
+    targets: &'a [TargetSpec<'a>],
+) -> impl Iterator<Item = (StrategyKind, Box<dyn LoadBalancer>)> + 'a {
+    StrategyKind::ALL
+        .iter()
+        .map(move |&kind| (kind, build(kind, &BuildContext::new(targets, 42))))
+}
+
+/// One request as the gateway makes it: a pick, then `observe` of the
+/// target that served.
+fn serve_one(
+    lb: &dyn LoadBalancer,
+    ctx: &RouteContext,
+    loads: &[u64],
+    eligible: &dyn Fn(usize) -> bool,
+) -> Option<usize> {
+    let picked = lb.pick_eligible(black_box(ctx), Candidates::new(black_box(loads), eligible));
+    if let Some(target) = picked {
+        lb.observe(target, ctx);
+    }
+    picked
+}
+
 fn pick_eligible(c: &mut Criterion) {
     let mut group = c.benchmark_group("pick_eligible");
     for n in TARGET_COUNTS {
         let (ids, loads) = route(n);
         let targets = specs(&ids);
-        let excluded = n / 2;
-        let eligible = move |i: usize| i != excluded;
-        for &kind in StrategyKind::ALL {
-            let lb = build(kind, &BuildContext::new(&targets, 42));
+        let eligible = all_but_middle(n);
+        for (kind, lb) in every_strategy(&targets) {
             group.bench_with_input(BenchmarkId::new(kind.as_str(), n), &n, |b, _| {
                 // A fresh digest per pick, so consistent_hash walks a
                 // different part of the ring each time.
@@ -124,7 +145,10 @@ fn pick_eligible(c: &mut Criterion) {
                         prompt_digest: digest,
                         ..RouteContext::default()
                     };
-                    lb.pick_eligible(black_box(&ctx), black_box(&loads), &eligible)
+                    lb.pick_eligible(
+                        black_box(&ctx),
+                        Candidates::new(black_box(&loads), &eligible),
+                    )
                 });
             });
         }
@@ -177,15 +201,8 @@ impl TargetStatsView for WarmStats {
     fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
         false
     }
-    fn predicted_latency_ms(
-        &self,
-        target: usize,
-        queue_depth: u64,
-        prompt_ktokens: f64,
-    ) -> Option<f64> {
-        self.models
-            .get(target)?
-            .predict(queue_depth, prompt_ktokens)
+    fn latency_model(&self, target: usize) -> Option<&LatencyModel> {
+        self.models.get(target)
     }
 }
 
@@ -213,8 +230,7 @@ fn warm_views(c: &mut Criterion) {
                 ..t
             })
             .collect();
-        let excluded = n / 2;
-        let eligible = move |i: usize| i != excluded;
+        let eligible = all_but_middle(n);
         let ctx = BuildContext {
             stats: std::sync::Arc::new(WarmStats::new(n)),
             adaptive: AdaptivePolicy {
@@ -231,7 +247,12 @@ fn warm_views(c: &mut Criterion) {
                     prompt_len: 4096,
                     ..RouteContext::default()
                 };
-                b.iter(|| lb.pick_eligible(black_box(&request), black_box(&loads), &eligible));
+                b.iter(|| {
+                    lb.pick_eligible(
+                        black_box(&request),
+                        Candidates::new(black_box(&loads), &eligible),
+                    )
+                });
             });
             for bytes in PROMPT_BYTES {
                 let prompts = conversations(bytes);
@@ -251,12 +272,7 @@ fn warm_views(c: &mut Criterion) {
                             now_ms: request as u64,
                             ..RouteContext::default()
                         };
-                        let picked =
-                            lb.pick_eligible(black_box(&ctx), black_box(&loads), &eligible);
-                        if let Some(target) = picked {
-                            lb.observe(target, &ctx);
-                        }
-                        picked
+                        serve_one(lb.as_ref(), &ctx, &loads, &eligible)
                     });
                 });
             }

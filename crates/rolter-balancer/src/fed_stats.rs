@@ -92,14 +92,7 @@ impl TargetStatsView for FedStats {
         })
     }
 
-    fn predicted_latency_ms(
-        &self,
-        target: usize,
-        queue_depth: u64,
-        prompt_ktokens: f64,
-    ) -> Option<f64> {
-        self.models
-            .get(target)?
-            .predict(queue_depth, prompt_ktokens)
+    fn latency_model(&self, target: usize) -> Option<&LatencyModel> {
+        self.models.get(target)
     }
 }

@@ -30,7 +30,7 @@ pub mod views;
 pub use context::{bound_prompt, RouteContext};
 pub use latency_model::LatencyModel;
 pub use report::{BalancerReport, DecisionSplit, TargetReport};
-pub use scorer::Scorer;
+pub use scorer::{Candidates, Scorer};
 pub use scorers::{
     AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, LoadScorer, PrefixAffinityScorer,
     SessionAffinityScorer, StaticWeightScorer,
@@ -46,7 +46,8 @@ pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 /// A load-balancing strategy over one route's targets.
 ///
 /// Indices refer to the route's target order as given at build time, and
-/// `loads.len()` is the number of targets.
+/// `loads.len()` (of `pick`, or of the [`Candidates`]) is the number of
+/// targets.
 ///
 /// A strategy implements selection once, in either method: every strategy
 /// in this crate implements [`LoadBalancer::pick_eligible`] and takes
@@ -55,7 +56,7 @@ pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 /// leaves skipping ineligible picks to the caller. Implementing neither
 /// would recurse: each default calls the other.
 ///
-/// The `eligible` predicate must be a pure function of the index for the
+/// The eligibility predicate ([`Candidates::eligible`]) must be a pure function of the index for the
 /// duration of one call: a strategy may ask about the same index more than
 /// once (counting, then choosing), and the weighted strategy asks while
 /// holding its short internal lock, so the predicate must not call back into
@@ -67,23 +68,18 @@ pub trait LoadBalancer: Send + Sync {
     /// Picks a target with every target eligible; `None` only when the route
     /// has no targets.
     fn pick(&self, ctx: &RouteContext, loads: &[u64]) -> Option<usize> {
-        self.pick_eligible(ctx, loads, &|_| true)
+        self.pick_eligible(ctx, Candidates::new(loads, &|_| true))
     }
 
-    /// Picks a target among those for which `eligible` holds.
+    /// Picks a target among the eligible `targets`.
     ///
     /// Every strategy in this crate implements this and never returns an
     /// ineligible index while an eligible one exists; it returns `None` when
     /// nothing is eligible. The default, kept for strategies written outside
-    /// this crate that implement `pick` only, ignores `eligible` and leaves
+    /// this crate that implement `pick` only, ignores eligibility and leaves
     /// skipping to the caller.
-    fn pick_eligible(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        _eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        self.pick(ctx, loads)
+    fn pick_eligible(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        self.pick(ctx, targets.loads)
     }
 
     /// Tells a learning strategy which target served the request described by
@@ -119,10 +115,16 @@ mod tests {
         let ctx = RouteContext::default();
         let loads = [0, 0, 0];
         // `pick` alone: `pick_eligible` defers to it, eligibility unread.
-        assert_eq!(AlwaysLast.pick_eligible(&ctx, &loads, &|i| i == 0), Some(2));
+        assert_eq!(
+            AlwaysLast.pick_eligible(&ctx, Candidates::new(&loads, &|i| i == 0)),
+            Some(2)
+        );
         // `pick_eligible` alone (every strategy here): `pick` is "all eligible".
         let rr = RoundRobin::new(3);
         assert_eq!(rr.pick(&ctx, &loads), Some(0));
-        assert_eq!(rr.pick_eligible(&ctx, &loads, &|i| i == 2), Some(2));
+        assert_eq!(
+            rr.pick_eligible(&ctx, Candidates::new(&loads, &|i| i == 2)),
+            Some(2)
+        );
     }
 }

@@ -44,13 +44,14 @@ impl PickCounters {
         }
     }
 
-    /// Writes `target`'s counts into `report`.
-    pub(crate) fn fill(&self, target: usize, report: &mut TargetReport) {
+    /// `report` with `target`'s counts written in.
+    pub(crate) fn counted(&self, target: usize, mut report: TargetReport) -> TargetReport {
         if let Some(counter) = self.counters.get(target) {
             report.picks = counter.picks.load(Ordering::Relaxed);
             report.last_pick_ms =
                 Some(counter.last_pick_ms.load(Ordering::Relaxed)).filter(|&ms| ms != NEVER);
         }
+        report
     }
 }
 
@@ -64,9 +65,8 @@ mod tests {
         counters.record(1, 10);
         counters.record(1, 20);
         counters.record(5, 30);
-        let (mut a, mut b) = (TargetReport::default(), TargetReport::default());
-        counters.fill(0, &mut a);
-        counters.fill(1, &mut b);
+        let a = counters.counted(0, TargetReport::default());
+        let b = counters.counted(1, TargetReport::default());
         assert_eq!((a.picks, a.last_pick_ms), (0, None));
         assert_eq!((b.picks, b.last_pick_ms), (2, Some(20)));
     }

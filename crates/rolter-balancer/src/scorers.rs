@@ -38,7 +38,7 @@ fn unit(value: f64) -> f64 {
 /// Test helpers shared by the scorers' unit tests.
 #[cfg(test)]
 pub(crate) mod testing {
-    use crate::{KvBlockView, OccupancyView, RouteContext, Scorer};
+    use crate::{Candidates, KvBlockView, OccupancyView, RouteContext, Scorer};
 
     /// A hand-fed KV / occupancy view: `values[target]` is what it answers
     /// for that target (`None` past the end).
@@ -80,7 +80,7 @@ pub(crate) mod testing {
         eligible: &dyn Fn(usize) -> bool,
     ) -> Vec<f64> {
         let mut out = vec![f64::NAN; loads.len()];
-        scorer.score(ctx, loads, eligible, &mut out);
+        scorer.score(ctx, Candidates::new(loads, eligible), &mut out);
         for (i, s) in out.iter_mut().enumerate() {
             if eligible(i) {
                 assert!(

@@ -360,20 +360,7 @@ mod tests {
 
     #[test]
     fn built_balancer_reports_its_strategy_name() {
-        let targets = [
-            TargetSpec {
-                id: "a/m",
-                weight: 1,
-                price: None,
-                max_adapters: 8,
-            },
-            TargetSpec {
-                id: "b/m",
-                weight: 1,
-                price: None,
-                max_adapters: 8,
-            },
-        ];
+        let targets = [TargetSpec::new("a/m"), TargetSpec::new("b/m")];
         let ctx = BuildContext::new(&targets, 1);
         for &kind in StrategyKind::ALL {
             assert_eq!(build(kind, &ctx).name(), kind.as_str());
@@ -384,17 +371,10 @@ mod tests {
     fn built_weighted_balancer_honours_target_weights() {
         let targets = [
             TargetSpec {
-                id: "a/m",
                 weight: 3,
-                price: None,
-                max_adapters: 8,
+                ..TargetSpec::new("a/m")
             },
-            TargetSpec {
-                id: "b/m",
-                weight: 1,
-                price: None,
-                max_adapters: 8,
-            },
+            TargetSpec::new("b/m"),
         ];
         let lb = build(StrategyKind::Weighted, &BuildContext::new(&targets, 0));
         let picks: Vec<usize> = (0..8)

@@ -7,32 +7,54 @@
 //! read atomics or take only short, non-blocking locks, and never do I/O.
 //! `None` always means "unknown": the scorer built on it stays neutral.
 
+use crate::LatencyModel;
+
 /// What the gateway has measured about each target, kept per target
 /// identity so that it outlives a reload (which rebuilds every balancer).
+/// Every method answers "unknown" by default (no sample, nothing served,
+/// no model), so a view that measures less implements only what it has.
 pub trait TargetStatsView: Send + Sync {
     /// Smoothed latency of successful requests, in ms; `None` before the
     /// first. A sample is a stream's time to first token, or a whole
     /// non-streaming response.
-    fn latency_ms(&self, target: usize) -> Option<f64>;
+    fn latency_ms(&self, _target: usize) -> Option<f64> {
+        None
+    }
     /// How many successful requests fed [`TargetStatsView::latency_ms`].
-    fn latency_samples(&self, target: usize) -> u64;
+    fn latency_samples(&self, _target: usize) -> u64 {
+        0
+    }
     /// Requests dispatched to `target` so far (adaptive's `min_samples`).
-    fn served(&self, target: usize) -> u64;
+    fn served(&self, _target: usize) -> u64 {
+        0
+    }
     /// adaptive's warm-up picks spent on `target` so far.
-    fn warm_up_spent(&self, target: usize) -> u64;
+    fn warm_up_spent(&self, _target: usize) -> u64 {
+        0
+    }
     /// Claims one of `budget` warm-up picks for `target`, atomically; false
-    /// when they are spent. The one write of this view: the budget must
-    /// live where a reload cannot reset it.
-    fn spend_warm_up(&self, target: usize, budget: u64) -> bool;
+    /// when they are spent (by default: nowhere to keep a budget, so no
+    /// warm-up). The one write of this view: the budget must live where a
+    /// reload cannot reset it.
+    fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
+        false
+    }
+    /// `target`'s latency model (see `predicted_latency`).
+    fn latency_model(&self, _target: usize) -> Option<&LatencyModel> {
+        None
+    }
     /// What a request of `prompt_ktokens` joining a queue of `queue_depth`
     /// is modelled to take on `target`, in ms; `None` while the target's
-    /// model has too little evidence (see `predicted_latency`).
+    /// model has too little evidence.
     fn predicted_latency_ms(
         &self,
         target: usize,
         queue_depth: u64,
         prompt_ktokens: f64,
-    ) -> Option<f64>;
+    ) -> Option<f64> {
+        self.latency_model(target)?
+            .predict(queue_depth, prompt_ktokens)
+    }
 }
 
 /// The engines' KV caches as their event streams describe them.
@@ -54,32 +76,7 @@ pub trait OccupancyView: Send + Sync {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoViews;
 
-impl TargetStatsView for NoViews {
-    fn latency_ms(&self, _target: usize) -> Option<f64> {
-        None
-    }
-    fn latency_samples(&self, _target: usize) -> u64 {
-        0
-    }
-    fn served(&self, _target: usize) -> u64 {
-        0
-    }
-    fn warm_up_spent(&self, _target: usize) -> u64 {
-        0
-    }
-    /// Nothing to keep the budget in: no warm-up.
-    fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
-        false
-    }
-    fn predicted_latency_ms(
-        &self,
-        _target: usize,
-        _queue_depth: u64,
-        _prompt_ktokens: f64,
-    ) -> Option<f64> {
-        None
-    }
-}
+impl TargetStatsView for NoViews {}
 
 impl KvBlockView for NoViews {
     fn resident_fraction(&self, _target: usize, _token_ids: &[u32]) -> Option<f64> {

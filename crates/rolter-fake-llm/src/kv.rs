@@ -25,6 +25,20 @@ mod cache;
 mod publisher;
 mod wire;
 
+/// vLLM's `BlockStored` fields in their order on the wire (the msgspec
+/// struct in `vllm/distributed/kv_events.py`), which a map-encoded event
+/// keeps: what the tests of the encoder hold it to.
+#[cfg(test)]
+pub(crate) const VLLM_BLOCK_STORED_FIELDS: [&str; 7] = [
+    "type",
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+];
+
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

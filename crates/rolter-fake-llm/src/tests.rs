@@ -65,13 +65,32 @@ impl TestEngine {
             .expect("request")
     }
 
+    async fn get(&self, path: &str) -> reqwest::Response {
+        client().get(self.url(path)).send().await.expect("request")
+    }
+
+    async fn get_json(&self, path: &str) -> Value {
+        self.get(path).await.json().await.expect("json")
+    }
+
+    async fn get_text(&self, path: &str) -> String {
+        self.get(path).await.text().await.expect("text")
+    }
+
     async fn stats(&self) -> Value {
-        let response = client()
-            .get(self.url("/fake/stats"))
-            .send()
+        self.get_json("/fake/stats").await
+    }
+
+    /// A chat stream of `max_tokens` tokens, open and unread.
+    async fn open_stream(
+        &self,
+        max_tokens: u64,
+    ) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
+        let request =
+            json!({"model": "m", "messages": [], "max_tokens": max_tokens, "stream": true});
+        self.post("/v1/chat/completions", &request)
             .await
-            .expect("stats");
-        response.json().await.expect("stats json")
+            .bytes_stream()
     }
 
     async fn control(&self, patch: Value) -> Value {
@@ -448,9 +467,7 @@ async fn client_dropping_a_stream_counts_as_cancelled() {
         ..Default::default()
     })
     .await;
-    let request = json!({"model": "m", "messages": [], "max_tokens": 200, "stream": true});
-    let response = engine.post("/v1/chat/completions", &request).await;
-    let mut body = response.bytes_stream();
+    let mut body = Box::pin(engine.open_stream(200).await);
     for _ in 0..2 {
         assert!(matches!(body.next().await, Some(Ok(_))));
     }
@@ -469,9 +486,7 @@ async fn dropping_serve_closes_open_streams() {
         ..Default::default()
     })
     .await;
-    let request = json!({"model": "m", "messages": [], "max_tokens": 200, "stream": true});
-    let response = engine.post("/v1/chat/completions", &request).await;
-    let mut body = response.bytes_stream();
+    let mut body = Box::pin(engine.open_stream(200).await);
     assert!(matches!(body.next().await, Some(Ok(_))));
     engine.task.abort();
     let ended = tokio::time::timeout(Duration::from_secs(2), async {
@@ -544,47 +559,21 @@ async fn embeddings_return_one_vector_per_input() {
 #[tokio::test]
 async fn models_health_and_metrics_answer_like_vllm() {
     let engine = TestEngine::start(FakeLlmArgs::default()).await;
-    let models: Value = client()
-        .get(engine.url("/v1/models"))
-        .send()
-        .await
-        .expect("models")
-        .json()
-        .await
-        .expect("json");
+    let models: Value = engine.get_json("/v1/models").await;
     assert_eq!(models["data"][0]["id"], "fake-model");
-    let health = client()
-        .get(engine.url("/health"))
-        .send()
-        .await
-        .expect("health");
+    let health = engine.get("/health").await;
     assert_eq!(health.status(), 200);
     assert_eq!(health.bytes().await.map(|b| b.len()).ok(), Some(0));
-    let metrics = client()
-        .get(engine.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = engine.get_text("/metrics").await;
     assert!(
         metrics.contains("vllm:num_requests_running{model_name=\"fake-model\"} 0"),
         "{metrics}"
     );
     assert!(metrics.contains("vllm:num_requests_waiting{model_name=\"fake-model\"} 0"));
     assert!(metrics.contains("fake_llm_requests_total 3"));
-    let missing = client()
-        .get(engine.url("/v2/nothing"))
-        .send()
-        .await
-        .expect("request");
+    let missing = engine.get("/v2/nothing").await;
     assert_eq!(missing.status(), 404);
-    let wrong_method = client()
-        .get(engine.url("/v1/chat/completions"))
-        .send()
-        .await
-        .expect("request");
+    let wrong_method = engine.get("/v1/chat/completions").await;
     assert_eq!(wrong_method.status(), 405);
 }
 

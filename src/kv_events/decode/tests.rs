@@ -54,18 +54,8 @@ fn only_event(payload: &[u8]) -> KvEvent {
     events.remove(0)
 }
 
-fn stored(block_hashes: &[u64], parent: Option<u64>, tokens: &[u64]) -> BlockStored {
-    BlockStored {
-        block_hashes: block_hashes.iter().map(|&h| EngineBlockId(h)).collect(),
-        parent_block_hash: parent.map(EngineBlockId),
-        token_ids: tokens.iter().map(|&t| t as u32).collect(),
-        block_size: Some(2),
-        lora_id: None,
-        medium: Medium::Gpu,
-        lora_name: None,
-        extra_keys: None,
-        group_idx: None,
-    }
+fn stored(block_hashes: &[u64], parent: Option<u64>, tokens: &[u32]) -> BlockStored {
+    BlockStored::plain(block_hashes, parent, tokens, 2)
 }
 
 #[test]

@@ -39,17 +39,7 @@ fn tokens(blocks: usize) -> Vec<u32> {
 }
 
 fn stored(ids: &[u64], parent: Option<u64>, token_ids: &[u32]) -> BlockStored {
-    BlockStored {
-        block_hashes: ids.iter().map(|&id| EngineBlockId(id)).collect(),
-        parent_block_hash: parent.map(EngineBlockId),
-        token_ids: token_ids.to_vec(),
-        block_size: Some(BS),
-        lora_id: None,
-        medium: Medium::Gpu,
-        lora_name: None,
-        extra_keys: None,
-        group_idx: None,
-    }
+    BlockStored::plain(ids, parent, token_ids, BS)
 }
 
 fn removed(ids: &[u64]) -> BlockRemoved {

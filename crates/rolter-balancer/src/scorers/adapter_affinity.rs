@@ -17,7 +17,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use crate::hashing::key_hash;
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Scores eligible targets by adapter residency; see the module
 /// documentation.
@@ -94,13 +94,7 @@ impl Scorer for AdapterAffinityScorer {
         "adapter"
     }
 
-    fn score(
-        &self,
-        ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         scores.fill(0.0);
         let Some(adapter) = ctx.adapter else {
             return;
@@ -108,7 +102,7 @@ impl Scorer for AdapterAffinityScorer {
         let adapter = key_hash(adapter);
         let sets = self.lock();
         for (i, score) in scores.iter_mut().enumerate() {
-            if eligible(i) && sets.get(i).is_some_and(|set| set.holds(adapter)) {
+            if targets.eligible(i) && sets.get(i).is_some_and(|set| set.holds(adapter)) {
                 *score = 1.0;
             }
         }

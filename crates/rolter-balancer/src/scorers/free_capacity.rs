@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::unit;
-use crate::{OccupancyView, RouteContext, Scorer};
+use crate::{Candidates, OccupancyView, RouteContext, Scorer};
 
 /// Scores eligible targets by free LMCache capacity; see the module
 /// documentation.
@@ -39,15 +39,9 @@ impl Scorer for FreeCapacityScorer {
         "free_capacity"
     }
 
-    fn score(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, _ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         for (i, score) in scores.iter_mut().enumerate() {
-            *score = if eligible(i) {
+            *score = if targets.eligible(i) {
                 self.view.free_capacity(i).map_or(0.0, unit)
             } else {
                 0.0

@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::unit;
-use crate::{KvBlockView, RouteContext, Scorer};
+use crate::{Candidates, KvBlockView, RouteContext, Scorer};
 
 /// Scores eligible targets by resident KV blocks; see the module
 /// documentation.
@@ -50,19 +50,13 @@ impl Scorer for KvBlockScorer {
         "kv_blocks"
     }
 
-    fn score(
-        &self,
-        ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         scores.fill(0.0);
         let Some(token_ids) = ctx.token_ids.filter(|ids| !ids.is_empty()) else {
             return;
         };
         for (i, score) in scores.iter_mut().enumerate() {
-            if eligible(i) {
+            if targets.eligible(i) {
                 *score = self.view.resident_fraction(i, token_ids).map_or(0.0, unit);
             }
         }

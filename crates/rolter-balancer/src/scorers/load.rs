@@ -16,7 +16,7 @@
 //! Load is the gateway's in-flight count (guards taken before dispatch,
 //! dropped at the end of the response).
 
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Scores eligible targets by in-flight load; see the module documentation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,20 +34,19 @@ impl Scorer for LoadScorer {
         "load"
     }
 
-    fn score(
-        &self,
-        _ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, _ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
+        let loads = targets.loads;
         let n = scores.len().min(loads.len());
-        let Some(min) = (0..n).filter(|&i| eligible(i)).map(|i| loads[i]).min() else {
+        let Some(min) = (0..n)
+            .filter(|&i| targets.eligible(i))
+            .map(|i| loads[i])
+            .min()
+        else {
             return;
         };
         let min = min as f64 + 1.0;
         for i in 0..n {
-            if eligible(i) {
+            if targets.eligible(i) {
                 scores[i] = min / (loads[i] as f64 + 1.0);
             }
         }

@@ -11,7 +11,7 @@
 //! its own scorer, and the weights decide how much affinity is worth.
 
 use crate::prefix_tree::{PrefixTrees, PromptBlocks};
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Scores eligible targets by matched prompt prefix; see the module
 /// documentation.
@@ -56,20 +56,14 @@ impl Scorer for PrefixAffinityScorer {
         "prefix"
     }
 
-    fn score(
-        &self,
-        ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         scores.fill(0.0);
         let prompt = PromptBlocks::of(ctx.prompt);
         if prompt.len() == 0 {
             return;
         }
         for (i, score) in scores.iter_mut().enumerate() {
-            if eligible(i) {
+            if targets.eligible(i) {
                 *score = prompt
                     .matched_fraction(self.trees.matched_blocks(i, &prompt))
                     .min(1.0);

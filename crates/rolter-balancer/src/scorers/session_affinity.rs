@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 
 use crate::hashing::{key_hash, PrehashedMap};
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Pins sessions to their last-served target; see the module documentation.
 #[derive(Debug)]
@@ -121,16 +121,10 @@ impl Scorer for SessionAffinityScorer {
         "session"
     }
 
-    fn score(
-        &self,
-        ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         scores.fill(0.0);
         if let Some(target) = self.pinned(ctx) {
-            if target < scores.len() && eligible(target) {
+            if target < scores.len() && targets.eligible(target) {
                 scores[target] = 1.0;
             }
         }

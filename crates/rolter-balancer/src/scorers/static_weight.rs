@@ -10,7 +10,7 @@
 //! drops weight-0 targets while a weighted one is usable (see
 //! [`crate::Pipeline::with_weight_filter`]).
 
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Scores eligible targets by configured weight; see the module
 /// documentation.
@@ -38,21 +38,15 @@ impl Scorer for StaticWeightScorer {
         "weight"
     }
 
-    fn score(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, _ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         let n = scores.len();
         let max = (0..n)
-            .filter(|&i| eligible(i))
+            .filter(|&i| targets.eligible(i))
             .map(|i| self.weight(i))
             .max()
             .unwrap_or(0);
         for (i, score) in scores.iter_mut().enumerate() {
-            if eligible(i) {
+            if targets.eligible(i) {
                 *score = if max == 0 {
                     0.0
                 } else {

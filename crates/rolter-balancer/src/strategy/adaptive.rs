@@ -72,8 +72,8 @@ use crate::pick_counters::PickCounters;
 use crate::rng::{mix64, SplitMix64};
 use crate::views::TargetStatsView;
 use crate::{
-    AdaptivePolicy, BalancerReport, DecisionSplit, LoadBalancer, RouteContext, TargetReport,
-    TargetSpec,
+    AdaptivePolicy, BalancerReport, Candidates, DecisionSplit, LoadBalancer, RouteContext,
+    TargetReport, TargetSpec,
 };
 
 /// Salt between the build seed (which the fallback stack uses as is) and the
@@ -214,15 +214,17 @@ impl Adaptive {
 
     /// A warm-up pick: an eligible target without a latency sample whose
     /// budget is not spent, claimed atomically; `None` when there is none.
-    fn warm_up(&self, loads: &[u64], eligible: &dyn Fn(usize) -> bool) -> Option<usize> {
+    fn warm_up(&self, targets: Candidates<'_>) -> Option<usize> {
         // A concurrent pick may spend the last budget of the chosen target
         // between the scan and the claim; scan again then. Bounded: each
         // retry means a budget was spent, and there are n * 8 of them.
         for _ in 0..=self.targets() * Self::WARM_UP_PICKS as usize {
             let mut chosen: Option<(u64, u64, usize)> = None;
-            for (i, &load) in loads.iter().enumerate().take(self.targets()) {
+            for (i, &load) in targets.loads.iter().enumerate().take(self.targets()) {
                 let spent = self.stats.warm_up_spent(i);
-                if spent >= Self::WARM_UP_PICKS || !eligible(i) || self.stats.latency_samples(i) > 0
+                if spent >= Self::WARM_UP_PICKS
+                    || !targets.eligible(i)
+                    || self.stats.latency_samples(i) > 0
                 {
                     continue;
                 }
@@ -248,17 +250,17 @@ impl Adaptive {
 
     /// The argmax of the blended score over the eligible targets, ties at
     /// random.
-    fn blend(&self, loads: &[u64], eligible: &dyn Fn(usize) -> bool) -> Option<usize> {
+    fn blend(&self, targets: Candidates<'_>) -> Option<usize> {
         let n = self.targets();
         let mut reference = Reference::new();
-        for i in (0..n).filter(|&i| eligible(i)) {
-            reference.add(&self.signals(i, loads[i]));
+        for i in (0..n).filter(|&i| targets.eligible(i)) {
+            reference.add(&self.signals(i, targets.loads[i]));
         }
         let mut best: Option<(f64, usize)> = None;
         let mut ties = 0usize;
-        for i in (0..n).filter(|&i| eligible(i)) {
+        for i in (0..n).filter(|&i| targets.eligible(i)) {
             let score = reference
-                .components(&self.signals(i, loads[i]))
+                .components(&self.signals(i, targets.loads[i]))
                 .score(&self.policy);
             match best {
                 Some((top, _)) if score < top - TIE_EPSILON => {}
@@ -280,32 +282,27 @@ impl Adaptive {
     }
 
     /// Decides a pick, not yet attributed.
-    fn decide(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<(usize, Decision)> {
+    fn decide(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<(usize, Decision)> {
         if !self.blend_allowed() {
             return Some((
-                self.fallback.pick_eligible(ctx, loads, eligible)?,
+                self.fallback.pick_eligible(ctx, targets)?,
                 Decision::Fallback,
             ));
         }
         if !self.has_evidence() {
-            if let Some(target) = self.warm_up(loads, eligible) {
+            if let Some(target) = self.warm_up(targets) {
                 return Some((target, Decision::Exploration));
             }
             return Some((
-                self.fallback.pick_eligible(ctx, loads, eligible)?,
+                self.fallback.pick_eligible(ctx, targets)?,
                 Decision::Fallback,
             ));
         }
         if self.explores() {
-            let target = uniform_eligible(&self.rng, self.targets(), None, eligible)?;
+            let target = uniform_eligible(&self.rng, self.targets(), None, targets.predicate())?;
             return Some((target, Decision::Exploration));
         }
-        Some((self.blend(loads, eligible)?, Decision::Blend))
+        Some((self.blend(targets)?, Decision::Blend))
     }
 
     /// Counts a pick: the decision, the target's picks and last pick time,
@@ -333,22 +330,20 @@ impl LoadBalancer for Adaptive {
         "adaptive"
     }
 
-    fn pick_eligible(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
+    fn pick_eligible(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
         let n = self.targets();
-        debug_assert_eq!(loads.len(), n, "one load per target");
-        if loads.len() < n {
+        debug_assert_eq!(targets.loads.len(), n, "one load per target");
+        if targets.loads.len() < n {
             // A caller bug the assertion above catches; on the request path
-            // leave the choice to the fallback rather than index past loads.
-            return self.fallback.pick_eligible(ctx, loads, eligible);
+            // leave the choice to the fallback rather than index past targets.loads.
+            return self.fallback.pick_eligible(ctx, targets);
         }
-        let (target, decision) = self.decide(ctx, loads, eligible)?;
-        debug_assert!(target < n && eligible(target), "picked ineligible {target}");
-        self.attribute(target, decision, ctx, loads);
+        let (target, decision) = self.decide(ctx, targets)?;
+        debug_assert!(
+            target < n && targets.eligible(target),
+            "picked ineligible {target}"
+        );
+        self.attribute(target, decision, ctx, targets.loads);
         Some(target)
     }
 
@@ -384,7 +379,7 @@ impl LoadBalancer for Adaptive {
                     raw.push(("price", price));
                 }
                 raw.push(("in_flight", s.in_flight as f64));
-                let mut report = TargetReport {
+                let report = TargetReport {
                     score: Some(components.score(&self.policy)),
                     components: vec![
                         ("latency", components.latency),
@@ -394,8 +389,7 @@ impl LoadBalancer for Adaptive {
                     signals: raw,
                     ..TargetReport::default()
                 };
-                self.picks.fill(i, &mut report);
-                report
+                self.picks.counted(i, report)
             })
             .collect();
         BalancerReport {

@@ -46,7 +46,7 @@ use crate::pick_counters::PickCounters;
 use crate::prefix_tree::{PrefixTrees, PromptBlocks};
 use crate::report::{BalancerReport, TargetReport};
 use crate::rng::SplitMix64;
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Routes up to this many targets are compared without allocating.
 const INLINE_TARGETS: usize = 64;
@@ -167,13 +167,8 @@ impl LoadBalancer for CacheAware {
         "cache_aware"
     }
 
-    fn pick_eligible(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        let n = loads.len();
+    fn pick_eligible(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        let n = targets.loads.len();
         let prompt = PromptBlocks::of(ctx.prompt);
 
         // One pass over the eligible targets: their matches, the longest
@@ -182,23 +177,23 @@ impl LoadBalancer for CacheAware {
         let mut least: Option<u64> = None;
         let mut best = 0u32;
         for (i, m) in matched.iter_mut().enumerate() {
-            if !eligible(i) {
+            if !targets.eligible(i) {
                 continue;
             }
             // At most MAX_BLOCKS (512), so it fits.
             *m = self.trees.matched_blocks(i, &prompt) as u32;
             best = best.max(*m);
-            least = Some(least.map_or(loads[i], |l| l.min(loads[i])));
+            least = Some(least.map_or(targets.loads[i], |l| l.min(targets.loads[i])));
         }
         let least = least?;
         let usable = |i: usize| matched[i] != INELIGIBLE;
-        let least_loaded = |i: usize| usable(i) && loads[i] == least;
+        let least_loaded = |i: usize| usable(i) && targets.loads[i] == least;
 
         let chosen = if Self::is_warm(&prompt, best as usize) {
             let longest = |i: usize| matched[i] == best;
             let warm_load = (0..n)
                 .filter(|&i| longest(i))
-                .map(|i| loads[i])
+                .map(|i| targets.loads[i])
                 .min()
                 .unwrap_or(least);
             if Self::guard_trips(warm_load, least) {
@@ -206,7 +201,7 @@ impl LoadBalancer for CacheAware {
                 self.uniform_among(n, least_loaded)
             } else {
                 self.decisions.affinity.fetch_add(1, Ordering::Relaxed);
-                self.uniform_among(n, |i| longest(i) && loads[i] == warm_load)
+                self.uniform_among(n, |i| longest(i) && targets.loads[i] == warm_load)
             }
         } else {
             self.decisions.cold.fetch_add(1, Ordering::Relaxed);
@@ -226,13 +221,12 @@ impl LoadBalancer for CacheAware {
     fn report(&self) -> BalancerReport {
         let targets = (0..self.trees.len().max(self.picks.len()))
             .map(|i| {
-                let mut report = TargetReport {
+                let learned = TargetReport {
                     learned_size: Some(self.trees.stored_bytes(i)),
                     evictions: Some(self.trees.evictions(i)),
                     ..TargetReport::default()
                 };
-                self.picks.fill(i, &mut report);
-                report
+                self.picks.counted(i, learned)
             })
             .collect();
         BalancerReport {

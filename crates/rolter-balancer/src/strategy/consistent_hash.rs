@@ -29,7 +29,7 @@
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::rng::mix64;
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Fixed seed for ring positions and session keys. Changing it remaps every
 /// session in the fleet, and nodes running different values disagree.
@@ -102,19 +102,14 @@ impl LoadBalancer for ConsistentHash {
         "consistent_hash"
     }
 
-    fn pick_eligible(
-        &self,
-        ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
+    fn pick_eligible(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
         let key = Self::key(ctx);
         let start = self.positions.partition_point(|&p| p < key);
         let len = self.owners.len();
         (start..len)
             .chain(0..start)
             .map(|k| self.owners[k] as usize)
-            .find(|&target| eligible(target))
+            .find(|&target| targets.eligible(target))
     }
 }
 
@@ -293,7 +288,9 @@ mod tests {
                 ..RouteContext::default()
             };
             let home = lb.pick(&ctx, &loads).unwrap();
-            let without_3 = lb.pick_eligible(&ctx, &loads, &|i| i != 3).unwrap();
+            let without_3 = lb
+                .pick_eligible(&ctx, Candidates::new(&loads, &|i| i != 3))
+                .unwrap();
             assert_ne!(without_3, 3);
             if home != 3 {
                 assert_eq!(without_3, home, "key {k} moved off an eligible target");
@@ -311,7 +308,10 @@ mod tests {
                 session_key: Some(&key),
                 ..RouteContext::default()
             };
-            assert_eq!(lb.pick_eligible(&ctx, &loads, &|i| i == 129), Some(129));
+            assert_eq!(
+                lb.pick_eligible(&ctx, Candidates::new(&loads, &|i| i == 129)),
+                Some(129)
+            );
         }
     }
 
@@ -324,7 +324,10 @@ mod tests {
         let none: [&str; 0] = [];
         assert_eq!(ConsistentHash::new(&none).pick(&ctx, &[]), None);
         let lb = ConsistentHash::new(&ids(3));
-        assert_eq!(lb.pick_eligible(&ctx, &[0; 3], &|_| false), None);
+        assert_eq!(
+            lb.pick_eligible(&ctx, Candidates::new(&[0; 3], &|_| false)),
+            None
+        );
     }
 
     #[test]

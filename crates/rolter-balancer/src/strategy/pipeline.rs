@@ -39,7 +39,7 @@ use crate::scorers::{
     SessionAffinityScorer, StaticWeightScorer,
 };
 use crate::strategy::BuildContext;
-use crate::{LoadBalancer, RouteContext, Scorer};
+use crate::{Candidates, LoadBalancer, RouteContext, Scorer};
 
 /// Routes up to this many targets are scored without allocating.
 const INLINE_TARGETS: usize = 64;
@@ -273,16 +273,12 @@ impl LoadBalancer for Pipeline {
         self.name
     }
 
-    fn pick_eligible(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        let n = loads.len();
+    fn pick_eligible(&self, ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        let n = targets.loads.len();
 
         // 1. Filter, asking the gateway's predicate once per target.
-        let mut usable: SmallVec<[bool; INLINE_TARGETS]> = (0..n).map(eligible).collect();
+        let mut usable: SmallVec<[bool; INLINE_TARGETS]> =
+            (0..n).map(|i| targets.eligible(i)).collect();
         if !self.zero_weight.is_empty() {
             let weighted = |i: usize| !self.zero_weight.get(i).copied().unwrap_or(false);
             if (0..n).any(|i| usable[i] && weighted(i)) {
@@ -306,13 +302,17 @@ impl LoadBalancer for Pipeline {
             last.components.clear();
             last.components.resize(n * stage_count, f64::NAN);
             last.loads.clear();
-            last.loads.extend_from_slice(loads);
+            last.loads.extend_from_slice(targets.loads);
         }
         let mut totals: SmallVec<[f64; INLINE_TARGETS]> = smallvec![0.0; n];
         let mut scratch: SmallVec<[f64; INLINE_TARGETS]> = smallvec![0.0; n];
         for (s, stage) in self.stages.iter().enumerate() {
             scratch.fill(0.0);
-            stage.scorer.score(ctx, loads, &is_usable, &mut scratch);
+            stage.scorer.score(
+                ctx,
+                Candidates::new(targets.loads, &is_usable),
+                &mut scratch,
+            );
             for i in (0..n).filter(|&i| usable[i]) {
                 let score = scratch[i];
                 debug_assert!(
@@ -382,10 +382,10 @@ impl LoadBalancer for Pipeline {
                 if let Some(&load) = last.loads.get(i) {
                     report.signals = vec![("in_flight", load as f64)];
                 }
-                if let Some(counters) = counters {
-                    counters.fill(i, &mut report);
+                match counters {
+                    Some(counters) => counters.counted(i, report),
+                    None => report,
                 }
-                report
             })
             .collect();
         BalancerReport {

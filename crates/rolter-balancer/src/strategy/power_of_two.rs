@@ -17,7 +17,7 @@
 
 use crate::rng::SplitMix64;
 use crate::strategy::random::uniform_eligible;
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Power-of-two-choices selection; see the module documentation.
 #[derive(Debug)]
@@ -42,20 +42,17 @@ impl LoadBalancer for PowerOfTwo {
         "power_of_two"
     }
 
-    fn pick_eligible(
-        &self,
-        _ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        debug_assert_eq!(loads.len(), self.targets, "one load per target");
-        let first = uniform_eligible(&self.rng, self.targets, None, eligible)?;
-        let Some(second) = uniform_eligible(&self.rng, self.targets, Some(first), eligible) else {
+    fn pick_eligible(&self, _ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        debug_assert_eq!(targets.loads.len(), self.targets, "one load per target");
+        let first = uniform_eligible(&self.rng, self.targets, None, targets.predicate())?;
+        let Some(second) =
+            uniform_eligible(&self.rng, self.targets, Some(first), targets.predicate())
+        else {
             return Some(first);
         };
         // A missing load (a caller bug the debug assertion above catches)
         // reads as idle rather than panicking on the request path.
-        let load = |i: usize| loads.get(i).copied().unwrap_or(0);
+        let load = |i: usize| targets.loads.get(i).copied().unwrap_or(0);
         if load(second) < load(first) {
             Some(second)
         } else {
@@ -77,7 +74,7 @@ mod tests {
         let mut counts = vec![0; loads.len()];
         for _ in 0..picks {
             let i = lb
-                .pick_eligible(&RouteContext::default(), loads, eligible)
+                .pick_eligible(&RouteContext::default(), Candidates::new(loads, eligible))
                 .expect("something is eligible");
             counts[i] += 1;
         }
@@ -151,7 +148,7 @@ mod tests {
         let ctx = RouteContext::default();
         assert_eq!(PowerOfTwo::from_seed(0, 1).pick(&ctx, &[]), None);
         assert_eq!(
-            PowerOfTwo::from_seed(3, 1).pick_eligible(&ctx, &[0; 3], &|_| false),
+            PowerOfTwo::from_seed(3, 1).pick_eligible(&ctx, Candidates::new(&[0; 3], &|_| false)),
             None
         );
     }

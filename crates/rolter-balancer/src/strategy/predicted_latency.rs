@@ -35,7 +35,7 @@ use std::sync::Arc;
 use crate::scorers::LoadScorer;
 use crate::strategy::{BuildContext, Pipeline, WeightedScorer};
 use crate::views::TargetStatsView;
-use crate::{RouteContext, Scorer};
+use crate::{Candidates, RouteContext, Scorer};
 
 /// Floor, in ms, of a prediction when ranking: keeps a model that predicts
 /// zero (all coefficients clamped at 0) from dividing by it.
@@ -75,20 +75,15 @@ impl Scorer for PredictedLatencyScorer {
         "predicted_latency"
     }
 
-    fn score(
-        &self,
-        ctx: &RouteContext,
-        loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
+        let loads = targets.loads;
         let n = scores.len().min(loads.len());
         let ktokens = ctx.prompt_ktokens();
         // First pass: predictions into `scores` (NaN marks unknown, so no
         // scratch allocation), and the best one.
         let mut best = f64::INFINITY;
         for i in 0..n {
-            if !eligible(i) {
+            if !targets.eligible(i) {
                 continue;
             }
             scores[i] = match self.stats.predicted_latency_ms(i, loads[i], ktokens) {
@@ -104,7 +99,7 @@ impl Scorer for PredictedLatencyScorer {
         // Second pass: ratios to the best; unknown (and, with nothing known,
         // everything) scores 1.
         for (i, score) in scores.iter_mut().enumerate().take(n) {
-            if eligible(i) {
+            if targets.eligible(i) {
                 *score = if score.is_nan() { 1.0 } else { best / *score };
                 debug_assert!((0.0..=1.0).contains(score), "score {score}");
             }
@@ -155,21 +150,6 @@ mod tests {
     struct Fixed(Vec<Option<f64>>);
 
     impl TargetStatsView for Fixed {
-        fn latency_ms(&self, _target: usize) -> Option<f64> {
-            None
-        }
-        fn latency_samples(&self, _target: usize) -> u64 {
-            0
-        }
-        fn served(&self, _target: usize) -> u64 {
-            0
-        }
-        fn warm_up_spent(&self, _target: usize) -> u64 {
-            0
-        }
-        fn spend_warm_up(&self, _target: usize, _budget: u64) -> bool {
-            false
-        }
         fn predicted_latency_ms(&self, target: usize, _queue: u64, _ktokens: f64) -> Option<f64> {
             self.0[target]
         }
@@ -278,8 +258,8 @@ mod tests {
             let loads: Vec<u64> = (0..5).map(|i| (k * 7 + i * 3) % 4).collect();
             let eligible = |i: usize| (k + i as u64) % 3 != 0;
             assert_eq!(
-                lb.pick_eligible(&ctx(4_096), &loads, &eligible),
-                least_load.pick_eligible(&ctx(4_096), &loads, &eligible),
+                lb.pick_eligible(&ctx(4_096), Candidates::new(&loads, &eligible)),
+                least_load.pick_eligible(&ctx(4_096), Candidates::new(&loads, &eligible)),
                 "pick {k} over {loads:?}"
             );
         }
@@ -314,7 +294,7 @@ mod tests {
         let lb = strategy(stats, 3, 5);
         assert_eq!(lb.pick(&ctx(8_000), &[6, 2, 9]), Some(1));
         assert_eq!(
-            lb.pick_eligible(&ctx(8_000), &[6, 2, 9], &|i| i != 1),
+            lb.pick_eligible(&ctx(8_000), Candidates::new(&[6, 2, 9], &|i| i != 1)),
             Some(0)
         );
     }
@@ -336,7 +316,10 @@ mod tests {
     fn equal_predictions_fall_to_least_load() {
         let lb = strategy(Arc::new(Fixed(vec![Some(700.0); 3])), 3, 2);
         assert_eq!(lb.pick(&ctx(0), &[5, 1, 3]), Some(1));
-        assert_eq!(lb.pick_eligible(&ctx(0), &[5, 1, 3], &|i| i != 1), Some(2));
+        assert_eq!(
+            lb.pick_eligible(&ctx(0), Candidates::new(&[5, 1, 3], &|i| i != 1)),
+            Some(2)
+        );
     }
 
     #[test]

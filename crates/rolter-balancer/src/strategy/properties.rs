@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use crate::scorers::testing::FixedView;
 use crate::strategy::{build, AdaptivePolicy, BuildContext, Price, StrategyKind, TargetSpec};
 use crate::views::TargetStatsView;
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Target counts that stress bitmask and rounding assumptions.
 const EDGE_COUNTS: [usize; 6] = [1, 2, 63, 64, 65, 130];
@@ -74,17 +74,11 @@ fn case() -> impl Strategy<Value = Case> {
                 proptest::collection::vec(proptest::option::of(0.0..=1.0f64), n),
             ),
         )
-            .prop_map(
-                |(
-                    eligible,
-                    loads,
-                    weights,
-                    session_key,
-                    prompt,
-                    prompt_digest,
-                    seed,
-                    (adapter, token_ids, history, signals),
-                )| Case {
+            .prop_map(|parts| {
+                let (eligible, loads, weights, session_key, prompt, prompt_digest, seed, rest) =
+                    parts;
+                let (adapter, token_ids, history, signals) = rest;
+                Case {
                     eligible,
                     loads,
                     weights,
@@ -96,8 +90,8 @@ fn case() -> impl Strategy<Value = Case> {
                     token_ids,
                     history,
                     signals,
-                },
-            )
+                }
+            })
     })
 }
 
@@ -225,7 +219,7 @@ fn check_picks(
     let any_eligible = case.eligible.iter().any(|&e| e);
     for _ in 0..PICKS_PER_CASE {
         ctx.now_ms += 1_000;
-        match lb.pick_eligible(&ctx, &case.loads, &eligible) {
+        match lb.pick_eligible(&ctx, Candidates::new(&case.loads, &eligible)) {
             Some(i) => {
                 prop_assert!(i < n, "{kind}: index {i} out of {n}");
                 prop_assert!(case.eligible[i], "{kind}: picked ineligible {i}");
@@ -313,6 +307,10 @@ fn every_strategy_with_no_targets_picks_nothing() {
         let lb = balancer(kind, &case);
         let ctx = RouteContext::default();
         assert_eq!(lb.pick(&ctx, &[]), None, "{kind}");
-        assert_eq!(lb.pick_eligible(&ctx, &[], &|_| true), None, "{kind}");
+        assert_eq!(
+            lb.pick_eligible(&ctx, Candidates::new(&[], &|_| true)),
+            None,
+            "{kind}"
+        );
     }
 }

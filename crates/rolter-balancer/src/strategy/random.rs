@@ -13,7 +13,7 @@
 //! is chosen with probability `1/s + (s - m)/s · 1/m = 1/m`.
 
 use crate::rng::SplitMix64;
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Uniform random selection; see the module documentation.
 #[derive(Debug)]
@@ -38,13 +38,8 @@ impl LoadBalancer for Random {
         "random"
     }
 
-    fn pick_eligible(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        uniform_eligible(&self.rng, self.targets, None, eligible)
+    fn pick_eligible(&self, _ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        uniform_eligible(&self.rng, self.targets, None, targets.predicate())
     }
 }
 
@@ -88,7 +83,7 @@ mod tests {
         let mut counts = vec![0; n];
         for _ in 0..picks {
             let i = lb
-                .pick_eligible(&RouteContext::default(), &loads, eligible)
+                .pick_eligible(&RouteContext::default(), Candidates::new(&loads, eligible))
                 .expect("something is eligible");
             counts[i] += 1;
         }
@@ -146,7 +141,7 @@ mod tests {
         let ctx = RouteContext::default();
         assert_eq!(Random::from_seed(0, 1).pick(&ctx, &[]), None);
         assert_eq!(
-            Random::from_seed(3, 1).pick_eligible(&ctx, &[0; 3], &|_| false),
+            Random::from_seed(3, 1).pick_eligible(&ctx, Candidates::new(&[0; 3], &|_| false)),
             None
         );
     }

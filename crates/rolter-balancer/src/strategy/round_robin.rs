@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Sequential rotation; see the module documentation.
 #[derive(Debug)]
@@ -37,12 +37,7 @@ impl LoadBalancer for RoundRobin {
         "round_robin"
     }
 
-    fn pick_eligible(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
+    fn pick_eligible(&self, _ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
         let n = self.targets;
         if n == 0 {
             return None;
@@ -50,7 +45,7 @@ impl LoadBalancer for RoundRobin {
         // Relaxed: the counter orders nothing but itself. Wrapping past
         // usize::MAX only makes one rotation a little short.
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        (start..n).chain(0..start).find(|&i| eligible(i))
+        (start..n).chain(0..start).find(|&i| targets.eligible(i))
     }
 }
 
@@ -65,7 +60,7 @@ mod tests {
     ) -> Vec<Option<usize>> {
         let loads = vec![0; lb.targets];
         (0..count)
-            .map(|_| lb.pick_eligible(&RouteContext::default(), &loads, eligible))
+            .map(|_| lb.pick_eligible(&RouteContext::default(), Candidates::new(&loads, eligible)))
             .collect()
     }
 

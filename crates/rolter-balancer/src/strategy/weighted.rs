@@ -27,7 +27,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use crate::{LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, RouteContext};
 
 /// Smooth weighted round-robin; see the module documentation.
 #[derive(Debug)]
@@ -55,17 +55,12 @@ impl LoadBalancer for WeightedRoundRobin {
         "weighted"
     }
 
-    fn pick_eligible(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
+    fn pick_eligible(&self, _ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let mut total: i64 = 0;
         let mut best: Option<usize> = None;
         for (i, &weight) in self.weights.iter().enumerate() {
-            if weight == 0 || !eligible(i) {
+            if weight == 0 || !targets.eligible(i) {
                 continue;
             }
             let weight = i64::from(weight);
@@ -83,7 +78,7 @@ impl LoadBalancer for WeightedRoundRobin {
             }
             None => {
                 drop(current);
-                (0..self.weights.len()).find(|&i| eligible(i))
+                (0..self.weights.len()).find(|&i| targets.eligible(i))
             }
         }
     }
@@ -101,7 +96,7 @@ mod tests {
         let loads = vec![0; lb.weights.len()];
         (0..count)
             .map(|_| {
-                lb.pick_eligible(&RouteContext::default(), &loads, eligible)
+                lb.pick_eligible(&RouteContext::default(), Candidates::new(&loads, eligible))
                     .expect("something is eligible")
             })
             .collect()
@@ -195,7 +190,10 @@ mod tests {
         let ctx = RouteContext::default();
         assert_eq!(WeightedRoundRobin::new(&[]).pick(&ctx, &[]), None);
         let lb = WeightedRoundRobin::new(&[1, 2]);
-        assert_eq!(lb.pick_eligible(&ctx, &[0, 0], &|_| false), None);
+        assert_eq!(
+            lb.pick_eligible(&ctx, Candidates::new(&[0, 0], &|_| false)),
+            None
+        );
     }
 
     #[test]
@@ -209,7 +207,10 @@ mod tests {
         for _ in 0..100_000 {
             mask = mask.rotate_left(7) ^ (mask >> 3);
             let eligible = |i: usize| mask >> (i * 5) & 1 == 1;
-            let _ = lb.pick_eligible(&RouteContext::default(), &[0; 6], &eligible);
+            let _ = lb.pick_eligible(
+                &RouteContext::default(),
+                Candidates::new(&[0; 6], &eligible),
+            );
             let current = lb.current.lock().unwrap();
             for &c in current.iter() {
                 assert!(c.abs() <= total * weights.len() as i64, "{current:?}");

@@ -193,18 +193,7 @@ mod tests {
             .as_map()
             .map(|m| m.iter().filter_map(|(k, _)| k.as_str()).collect())
             .unwrap_or_default();
-        assert_eq!(
-            keys,
-            [
-                "type",
-                "block_hashes",
-                "parent_block_hash",
-                "token_ids",
-                "block_size",
-                "lora_id",
-                "medium"
-            ]
-        );
+        assert_eq!(keys, crate::kv::VLLM_BLOCK_STORED_FIELDS);
         let hashes = field(&events[1], "block_hashes")
             .and_then(|h| h.as_array().cloned())
             .unwrap_or_default();

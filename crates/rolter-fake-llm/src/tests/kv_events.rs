@@ -14,7 +14,7 @@ use rmpv::Value as Msgpack;
 use serde_json::{json, Value};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
-use super::{client, TestEngine};
+use super::TestEngine;
 use crate::{FakeLlmArgs, KvEncoding, KvHashEncoding};
 
 const END_SEQ: [u8; 8] = [0xFF; 8];
@@ -157,15 +157,7 @@ fn event_fields(event: &Msgpack, encoding: KvEncoding) -> (String, Vec<Msgpack>)
             let keys: Vec<&str> = entries.iter().filter_map(|(k, _)| k.as_str()).collect();
             let tag = event["type"].as_str().expect("a type").to_owned();
             let expected: &[&str] = match tag.as_str() {
-                "BlockStored" => &[
-                    "type",
-                    "block_hashes",
-                    "parent_block_hash",
-                    "token_ids",
-                    "block_size",
-                    "lora_id",
-                    "medium",
-                ],
+                "BlockStored" => &crate::kv::VLLM_BLOCK_STORED_FIELDS,
                 "BlockRemoved" => &["type", "block_hashes", "medium"],
                 _ => &["type"],
             };
@@ -360,14 +352,7 @@ async fn a_repeated_prompt_hits_the_cache_and_skips_its_prefill() {
     assert_eq!(cache["queried_tokens"], 400 + 90);
     assert_eq!(cache["used_blocks"], 12 + 2);
     assert_eq!(cache["block_size"], 16);
-    let metrics = client()
-        .get(engine.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = engine.get_text("/metrics").await;
     for series in [
         "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 224\n",
         "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 490\n",
@@ -377,14 +362,7 @@ async fn a_repeated_prompt_hits_the_cache_and_skips_its_prefill() {
 }
 
 async fn occupancy(engine: &TestEngine) -> Value {
-    client()
-        .get(engine.url("/fake/occupancy"))
-        .send()
-        .await
-        .expect("occupancy")
-        .json()
-        .await
-        .expect("json")
+    engine.get_json("/fake/occupancy").await
 }
 
 #[tokio::test]
@@ -404,14 +382,7 @@ async fn occupancy_follows_the_cache_and_obeys_overrides() {
         occupancy(&engine).await,
         json!({"occupancy": 0.3, "cache_available": true})
     );
-    let metrics = client()
-        .get(engine.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = engine.get_text("/metrics").await;
     for series in [
         "vllm:kv_cache_usage_perc{model_name=\"fake-model\"} 0.3\n",
         "vllm:gpu_cache_usage_perc{model_name=\"fake-model\"} 0.3\n",

@@ -135,11 +135,7 @@ async fn tokenize_answers_errors_like_vllm_and_is_counted() {
     assert_eq!(response.status(), 400);
     let answer: Value = response.json().await.expect("json");
     assert_eq!(answer["error"]["type"], "BadRequestError");
-    let response = super::client()
-        .get(engine.url("/tokenize"))
-        .send()
-        .await
-        .expect("request");
+    let response = engine.get("/tokenize").await;
     assert_eq!(response.status(), 405);
     let stats = engine.stats().await;
     assert_eq!(stats["by_path"]["/tokenize"], 3);

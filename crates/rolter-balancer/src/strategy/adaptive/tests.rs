@@ -31,13 +31,8 @@ impl LoadBalancer for Pinned {
         "pinned"
     }
 
-    fn pick_eligible(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        self.order.iter().copied().find(|&i| eligible(i))
+    fn pick_eligible(&self, _ctx: &RouteContext, targets: Candidates<'_>) -> Option<usize> {
+        self.order.iter().copied().find(|&i| targets.eligible(i))
     }
 
     fn observe(&self, _target: usize, _ctx: &RouteContext) {
@@ -108,7 +103,9 @@ fn serve(
             now_ms,
             ..RouteContext::default()
         };
-        let target = lb.pick_eligible(&ctx, &loads, eligible).expect("eligible");
+        let target = lb
+            .pick_eligible(&ctx, Candidates::new(&loads, eligible))
+            .expect("eligible");
         assert!(eligible(target), "picked ineligible {target}");
         stats.dispatch(target);
         counts[target] += 1;
@@ -265,8 +262,8 @@ fn disabled_policy_routes_exactly_like_the_fallback_and_probes_nothing() {
             let eligible = |i: usize| i as u64 != k % 5;
             let ctx = RouteContext::default();
             assert_eq!(
-                lb.pick_eligible(&ctx, &loads, &eligible),
-                twin.pick_eligible(&ctx, &loads, &eligible),
+                lb.pick_eligible(&ctx, Candidates::new(&loads, &eligible)),
+                twin.pick_eligible(&ctx, Candidates::new(&loads, &eligible)),
                 "pick {k} under {policy:?}"
             );
         }
@@ -493,7 +490,7 @@ fn eligibility_is_honoured_in_every_mode() {
         let mask = mix64(k) & 0b11111;
         let eligible = |i: usize| mask & (1 << i) != 0;
         let ctx = RouteContext::default();
-        match lb.pick_eligible(&ctx, &loads, &eligible) {
+        match lb.pick_eligible(&ctx, Candidates::new(&loads, &eligible)) {
             Some(i) => {
                 assert!(eligible(i), "pick {k}: {i} under mask {mask:05b}");
                 stats.dispatch(i);
@@ -507,7 +504,10 @@ fn eligibility_is_honoured_in_every_mode() {
     let got = split(&lb);
     assert!(got.engaged && got.blend > 0 && got.exploration > 0 && got.fallback > 0);
     assert_eq!(
-        lb.pick_eligible(&RouteContext::default(), &loads, &|_| false),
+        lb.pick_eligible(
+            &RouteContext::default(),
+            Candidates::new(&loads, &|_| false)
+        ),
         None
     );
 }
@@ -697,9 +697,9 @@ fn built_adaptive_with_the_policy_off_routes_exactly_like_the_pipeline() {
             ..RouteContext::default()
         };
         let eligible = |i: usize| (k + i) % 5 != 0;
-        let want = pipeline.pick_eligible(&ctx, &loads, &eligible);
+        let want = pipeline.pick_eligible(&ctx, Candidates::new(&loads, &eligible));
         assert_eq!(
-            adaptive.pick_eligible(&ctx, &loads, &eligible),
+            adaptive.pick_eligible(&ctx, Candidates::new(&loads, &eligible)),
             want,
             "pick {k}"
         );

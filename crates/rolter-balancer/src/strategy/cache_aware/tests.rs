@@ -91,7 +91,7 @@ fn an_idle_ineligible_target_does_not_trip_the_guard() {
     let next = with_question(&system, 1);
     // Target 2 is idle but parked: the usable least load is 3, so the warm
     // target at 4 keeps the request.
-    let got = lb.pick_eligible(&ctx(&next), &[4, 3, 0], &|i| i != 2);
+    let got = lb.pick_eligible(&ctx(&next), Candidates::new(&[4, 3, 0], &|i| i != 2));
     assert_eq!(got, Some(0));
     // Eligible, the idle target does take it.
     assert_eq!(lb.pick(&ctx(&next), &[4, 3, 0]), Some(2));
@@ -104,10 +104,13 @@ fn an_ineligible_warm_target_attracts_nothing() {
     lb.observe(1, &ctx(&with_question(&system, 0)));
     let next = with_question(&system, 1);
     for _ in 0..100 {
-        let got = lb.pick_eligible(&ctx(&next), &[2, 0, 1], &|i| i != 1);
+        let got = lb.pick_eligible(&ctx(&next), Candidates::new(&[2, 0, 1], &|i| i != 1));
         assert_eq!(got, Some(2));
     }
-    assert_eq!(lb.pick_eligible(&ctx(&next), &[0; 3], &|_| false), None);
+    assert_eq!(
+        lb.pick_eligible(&ctx(&next), Candidates::new(&[0; 3], &|_| false)),
+        None
+    );
 }
 
 #[test]

@@ -25,15 +25,9 @@ impl Scorer for Fixed {
         "fixed"
     }
 
-    fn score(
-        &self,
-        _ctx: &RouteContext,
-        _loads: &[u64],
-        eligible: &dyn Fn(usize) -> bool,
-        scores: &mut [f64],
-    ) {
+    fn score(&self, _ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         for (i, s) in scores.iter_mut().enumerate() {
-            if eligible(i) {
+            if targets.eligible(i) {
                 *s = self.scores[i];
             }
         }
@@ -97,9 +91,15 @@ fn pipeline_never_returns_an_ineligible_target() {
     );
     let ctx = RouteContext::default();
     for _ in 0..100 {
-        assert_eq!(lb.pick_eligible(&ctx, &[0; 3], &|i| i != 0), Some(2));
+        assert_eq!(
+            lb.pick_eligible(&ctx, Candidates::new(&[0; 3], &|i| i != 0)),
+            Some(2)
+        );
     }
-    assert_eq!(lb.pick_eligible(&ctx, &[0; 3], &|_| false), None);
+    assert_eq!(
+        lb.pick_eligible(&ctx, Candidates::new(&[0; 3], &|_| false)),
+        None
+    );
     assert_eq!(lb.pick(&ctx, &[]), None);
 }
 
@@ -185,7 +185,7 @@ fn default_stack_keeps_a_session_on_its_last_served_target() {
     // Target 2 runs 3 requests, the others none: the pin outweighs load.
     assert_eq!(lb.pick(&ctx, &[0, 0, 3]), Some(2));
     // Parked: the pin is silent and load decides among the rest.
-    let got = lb.pick_eligible(&ctx, &[0, 1, 3], &|i| i != 2);
+    let got = lb.pick_eligible(&ctx, Candidates::new(&[0, 1, 3], &|i| i != 2));
     assert_eq!(got, Some(0));
     // Past the TTL the pin is gone too.
     let later = RouteContext {
@@ -233,7 +233,10 @@ fn default_stack_gives_weight_zero_targets_no_share_while_a_weighted_one_is_usab
     assert_eq!(counts(&lb, &[0, 50, 0], 100), [0, 100, 0]);
     // With only weight-0 targets usable, they still serve (least loaded).
     let ctx = RouteContext::default();
-    assert_eq!(lb.pick_eligible(&ctx, &[3, 0, 1], &|i| i != 1), Some(2));
+    assert_eq!(
+        lb.pick_eligible(&ctx, Candidates::new(&[3, 0, 1], &|i| i != 1)),
+        Some(2)
+    );
 }
 
 #[test]
@@ -259,7 +262,7 @@ fn precise_and_lmcache_without_signals_behave_exactly_like_least_load() {
                 ..RouteContext::default()
             };
             let least = (0..6).filter(|&i| eligible(i)).map(|i| loads[i]).min();
-            match lb.pick_eligible(&req, &loads, &eligible) {
+            match lb.pick_eligible(&req, Candidates::new(&loads, &eligible)) {
                 Some(i) => {
                     assert!(eligible(i), "{}", lb.name());
                     assert_eq!(Some(loads[i]), least, "{} {loads:?}", lb.name());
@@ -347,7 +350,10 @@ fn report_gives_the_last_scores_components_and_picks() {
         now_ms: 77,
         ..RouteContext::default()
     };
-    assert_eq!(lb.pick_eligible(&ctx, &[1, 0, 0], &|i| i != 2), Some(0));
+    assert_eq!(
+        lb.pick_eligible(&ctx, Candidates::new(&[1, 0, 0], &|i| i != 2)),
+        Some(0)
+    );
     let report = lb.report();
     assert_eq!(report.targets.len(), 3);
     let t0 = &report.targets[0];
