@@ -110,7 +110,7 @@ impl AdminApp {
                 },
             ),
         };
-        json_response(status, &api::to_json(&answer))
+        json_response(status, &answer)
     }
 
     /// Each provider's KV index and LMCache signal, for operators asking
@@ -125,7 +125,7 @@ impl AdminApp {
                 .into_iter()
                 .collect(),
         };
-        json_response(StatusCode::OK, &api::to_json(&answer))
+        json_response(StatusCode::OK, &answer)
     }
 
     fn routes(&self) -> Response<Vec<u8>> {
@@ -177,7 +177,7 @@ impl AdminApp {
             groups,
             addressed_routes: snapshot.addressed_routes(),
         };
-        json_response(StatusCode::OK, &api::to_json(&answer))
+        json_response(StatusCode::OK, &answer)
     }
 }
 
@@ -557,7 +557,7 @@ fn strategies() -> Response<Vec<u8>> {
             })
             .collect(),
     };
-    json_response(StatusCode::OK, &api::to_json(&answer))
+    json_response(StatusCode::OK, &answer)
 }
 
 fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -573,7 +573,7 @@ fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
     respond(status, "text/plain", body.as_bytes().to_vec())
 }
 
-fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<u8>> {
+fn json_response(status: StatusCode, value: &impl Serialize) -> Response<Vec<u8>> {
     respond(
         status,
         "application/json",
@@ -582,8 +582,5 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<
 }
 
 fn error(status: StatusCode, message: &str) -> Response<Vec<u8>> {
-    json_response(
-        status,
-        &api::to_json(&ErrorBody::for_status(status, message)),
-    )
+    json_response(status, &ErrorBody::for_status(status, message))
 }

@@ -231,7 +231,7 @@ async fn internal_call(
                     Ok(()) => (StatusCode::NO_CONTENT, Vec::new()),
                     Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
                 },
-                Err(refused) => (refused.status, refused.body.to_string().into_bytes()),
+                Err(refused) => (refused.status, refused.body_bytes()),
             }
         }
         _ => error(StatusCode::NOT_FOUND, "no such internal endpoint"),
