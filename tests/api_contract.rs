@@ -85,6 +85,31 @@ fn schemathesis(admin: &str, token: &str, filter: [&str; 2], seconds: u64) {
     );
 }
 
+/// schemathesis over `node`'s admin and control API with the admin token
+/// (75 s) and, on a control node, over `/internal` with the internal token
+/// (20 s).
+async fn conforms(node: &Gateway, control: bool) {
+    let admin = node.admin_url();
+    tokio::task::spawn_blocking(move || {
+        schemathesis(
+            &admin,
+            ADMIN_TOKEN,
+            ["--exclude-path-regex", "^/internal"],
+            75,
+        );
+        if control {
+            schemathesis(
+                &admin,
+                INTERNAL_TOKEN,
+                ["--include-path-regex", "^/internal"],
+                20,
+            );
+        }
+    })
+    .await
+    .unwrap();
+}
+
 const STANDALONE: &str = r#"
 [server]
 require_api_key = true
@@ -135,17 +160,7 @@ async fn standalone_node_answers_as_its_document_says() {
         rolter::admin::openapi::document(),
         "GET /openapi.json serves the document"
     );
-    let admin = node.admin_url();
-    tokio::task::spawn_blocking(move || {
-        schemathesis(
-            &admin,
-            ADMIN_TOKEN,
-            ["--exclude-path-regex", "^/internal"],
-            75,
-        )
-    })
-    .await
-    .unwrap();
+    conforms(&node, false).await;
     // The fuzzing left the node serving.
     let routes = node.routes().await;
     assert_eq!(routes["routes"][0]["model"], "chat", "{routes}");
@@ -206,23 +221,7 @@ async fn control_node_answers_as_its_document_says() {
         .unwrap();
     assert_eq!(pushed.status(), 204, "{}", pushed.text().await.unwrap());
 
-    let admin = control.admin_url();
-    tokio::task::spawn_blocking(move || {
-        schemathesis(
-            &admin,
-            ADMIN_TOKEN,
-            ["--exclude-path-regex", "^/internal"],
-            75,
-        );
-        schemathesis(
-            &admin,
-            INTERNAL_TOKEN,
-            ["--include-path-regex", "^/internal"],
-            20,
-        );
-    })
-    .await
-    .unwrap();
+    conforms(&control, true).await;
     let session = client()
         .get(format!("{}/api/v1/session", control.admin_url()))
         .bearer_auth(ADMIN_TOKEN)
