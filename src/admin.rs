@@ -140,6 +140,8 @@ impl AdminApp {
                 strategy: route.strategy.as_str(),
                 reads_weights: route.strategy.reads_weights(),
                 health_panic: route.metrics.health_panic.load(Ordering::Relaxed),
+                tokenizer: route.tokenizer.as_ref().map(TokenizerView::of),
+                token_sources: token_sources(&route.metrics),
                 report: ReportView::from(route.balancer.report()),
                 targets: route
                     .targets
@@ -155,6 +157,8 @@ impl AdminApp {
             .map(|group| GroupView {
                 slug: &group.slug,
                 strategy: group.strategy.as_str(),
+                tokenizer: group.tokenizer.as_ref().map(TokenizerView::of),
+                token_sources: token_sources(&group.metrics),
                 report: ReportView::from(group.balancer.report()),
                 members: group
                     .members
@@ -245,6 +249,10 @@ struct StrategyView {
 struct GroupView<'a> {
     slug: &'a str,
     strategy: &'static str,
+    /// Its `tokenizer`, when it has one.
+    tokenizer: Option<TokenizerView>,
+    /// Where its requests' routing token ids came from.
+    token_sources: Vec<TokenSourceView>,
     members: Vec<TargetView<'a>>,
     report: ReportView,
 }
@@ -257,8 +265,72 @@ struct RouteView<'a> {
     /// Active health checks mark every target down and requests are routed
     /// across them anyway (`proxy/select.rs`).
     health_panic: bool,
+    /// Its `tokenizer`, when it has one.
+    tokenizer: Option<TokenizerView>,
+    /// Where its requests' routing token ids came from.
+    token_sources: Vec<TokenSourceView>,
     targets: Vec<TargetView<'a>>,
     report: ReportView,
+}
+
+/// A route's model directory and its prefix cache.
+#[derive(Serialize, ToSchema)]
+struct TokenizerView {
+    /// The directory, as configured.
+    dir: String,
+    /// Bytes of rendered text tokenized per request.
+    budget_bytes: usize,
+    has_chat_template: bool,
+    /// Tokenized conversations whose beginning was found in the prefix
+    /// cache, and those tokenized whole (shared by every route naming the
+    /// same directory).
+    prefix_cache_hits: u64,
+    prefix_cache_misses: u64,
+    /// `hits / (hits + misses)`; `null` before the first lookup.
+    prefix_cache_hit_rate: Option<f64>,
+}
+
+impl TokenizerView {
+    fn of(tokens: &crate::tokenization::RouteTokens) -> Self {
+        let (hits, misses) = tokens.model.prefix_cache_counts();
+        TokenizerView {
+            dir: tokens.dir.display().to_string(),
+            budget_bytes: tokens.budget_bytes,
+            has_chat_template: tokens.model.has_chat_template(),
+            prefix_cache_hits: hits,
+            prefix_cache_misses: misses,
+            prefix_cache_hit_rate: (hits + misses > 0)
+                .then(|| hits as f64 / (hits + misses) as f64),
+        }
+    }
+}
+
+/// Requests routed with token ids from one source (and why without).
+#[derive(Serialize, ToSchema)]
+struct TokenSourceView {
+    /// `gateway`, `caller` or `none`.
+    source: &'static str,
+    /// Why not from the gateway's tokenizer (`no_tokenizer`,
+    /// `template_error`, ...), or that only its budget was tokenized
+    /// (`over_budget`); empty otherwise.
+    reason: &'static str,
+    requests: u64,
+}
+
+fn token_sources(metrics: &crate::metrics::RouteMetrics) -> Vec<TokenSourceView> {
+    crate::tokenization::TokenSource::ALL
+        .iter()
+        .zip(metrics.token_sources.iter())
+        .filter(|(_, counter)| counter.get() > 0)
+        .map(|(source, counter)| {
+            let (source, reason) = source.labels();
+            TokenSourceView {
+                source,
+                reason,
+                requests: counter.get(),
+            }
+        })
+        .collect()
 }
 
 /// A balancer's report as JSON: components and signals as objects.

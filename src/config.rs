@@ -402,6 +402,18 @@ pub struct Route {
     pub strategy: rolter_balancer::StrategyKind,
     /// Never empty; no two share `(provider, model)`.
     pub targets: Vec<RouteTarget>,
+    /// The model directory requests are tokenized with for routing.
+    pub tokenizer: Option<RouteTokenizer>,
+}
+
+/// `tokenizer` and `tokenizer_budget_kib` of a route or provider group:
+/// a model directory that loaded when the configuration was validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTokenizer {
+    /// As written (relative to the working directory).
+    pub dir: PathBuf,
+    /// Bytes of rendered text tokenized per request; > 0.
+    pub budget_bytes: usize,
 }
 
 /// One target of a route: identity `(provider, model)`.
@@ -427,6 +439,8 @@ pub struct ProviderGroup {
     pub strategy: rolter_balancer::StrategyKind,
     /// Never empty; no provider twice.
     pub members: Vec<GroupMember>,
+    /// The model directory requests are tokenized with for routing.
+    pub tokenizer: Option<RouteTokenizer>,
 }
 
 /// One member of a provider group.

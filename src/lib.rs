@@ -29,4 +29,5 @@ pub mod signals;
 pub mod snapshot;
 pub mod state;
 pub mod tls;
+pub mod tokenization;
 pub mod tracker;

@@ -18,6 +18,7 @@ use telemetry::TelemetryMetrics;
 
 use crate::kv_events::KvIndexSummary;
 use crate::lmcache::OccupancySummary;
+use crate::tokenization::TokenSource;
 use crate::tracker::{BreakerState, FailureReason};
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
@@ -52,6 +53,7 @@ pub struct Metrics {
     upstream_latency: HistogramVec,
     time_to_first_byte: HistogramVec,
     picks: IntCounterVec,
+    routing_tokens: IntCounterVec,
     in_flight: IntGaugeVec,
     upstream_failures: IntCounterVec,
     reloads: IntCounterVec,
@@ -79,6 +81,9 @@ pub struct RouteMetrics {
     /// The route's label value (its model, or `<slug>/*` for addresses).
     pub label: String,
     pub picks: IntCounter,
+    /// `rolter_routing_tokens_total` of this route, one handle per
+    /// [`TokenSource::ALL`] entry.
+    pub token_sources: std::sync::Arc<[IntCounter]>,
     /// Set while requests are routed in health panic mode, so entering
     /// and leaving it is logged once each (`proxy/select.rs`).
     pub health_panic: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -156,6 +161,14 @@ impl Metrics {
                 "Balancer picks by route and strategy.",
             ),
             &["route", "strategy"],
+        )
+        .expect("static metric definition");
+        let routing_tokens = IntCounterVec::new(
+            Opts::new(
+                "rolter_routing_tokens_total",
+                "Requests by route and where their routing token ids came from: the gateway's tokenizer, the caller, or none (and why).",
+            ),
+            &["route", "source", "reason"],
         )
         .expect("static metric definition");
         let in_flight = IntGaugeVec::new(
@@ -297,6 +310,7 @@ impl Metrics {
             Box::new(upstream_latency.clone()),
             Box::new(time_to_first_byte.clone()),
             Box::new(picks.clone()),
+            Box::new(routing_tokens.clone()),
             Box::new(in_flight.clone()),
             Box::new(upstream_failures.clone()),
             Box::new(reloads.clone()),
@@ -331,6 +345,7 @@ impl Metrics {
             upstream_latency,
             time_to_first_byte,
             picks,
+            routing_tokens,
             in_flight,
             upstream_failures,
             reloads,
@@ -357,7 +372,22 @@ impl Metrics {
         RouteMetrics {
             label: route.to_string(),
             picks: self.picks.with_label_values(&[route, strategy]),
+            token_sources: TokenSource::ALL
+                .iter()
+                .map(|source| {
+                    let (from, reason) = source.labels();
+                    self.routing_tokens
+                        .with_label_values(&[route, from, reason])
+                })
+                .collect(),
             health_panic: Default::default(),
+        }
+    }
+
+    /// Counts where a routed request's token ids came from.
+    pub fn record_token_source(route: &RouteMetrics, source: TokenSource) {
+        if let Some(counter) = route.token_sources.get(source.index()) {
+            counter.inc();
         }
     }
 

@@ -5,7 +5,7 @@ mod request;
 mod token_ids;
 
 pub use conversation::Conversation;
-pub use request::{parse_request, ParsedRequest, RequestError};
+pub use request::{parse_request, ParsedRequest, RequestError, TextSpans};
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 
 /// The endpoints the gateway serves.

@@ -41,6 +41,7 @@ use crate::kv_events::KvTargetsView;
 use crate::learned::Learned;
 use crate::lmcache::OccupancyTargetsView;
 use crate::metrics::{Metrics, RouteMetrics};
+use crate::tokenization::RouteTokens;
 use crate::tracker::{BreakerPolicy, ParkingPolicy, TargetId, TargetStats, TrackerView};
 use addressed::AddressedRoutes;
 
@@ -98,7 +99,9 @@ pub struct Group {
     /// (`(provider, "*")`, whatever model a request names through it).
     pub member_stats: Vec<Arc<TargetStats>>,
     /// Shared by every route built for the group (label `<slug>/*`).
-    metrics: RouteMetrics,
+    pub metrics: RouteMetrics,
+    /// The model directory its routes tokenize requests with.
+    pub tokenizer: Option<RouteTokens>,
 }
 
 /// A provider's engine as pinned addresses see it.
@@ -210,6 +213,12 @@ pub enum BuildError {
         port: u16,
         reason: String,
     },
+    #[error("{source_file}: {at}.tokenizer: {error}")]
+    Tokenizer {
+        source_file: String,
+        at: String,
+        error: Box<rolter_tokenize::LoadError>,
+    },
     #[error("{source_file}: providers \"{provider}\": ca_file {error}")]
     Tls {
         source_file: String,
@@ -267,7 +276,19 @@ impl Snapshot {
         let mut seeds = Seeds::new();
         let mut routes = HashMap::new();
         let mut route_order = Vec::with_capacity(config.routes.len());
-        for route in &config.routes {
+        let tokens = |tokenizer: &Option<crate::config::RouteTokenizer>, at: String| {
+            tokenizer
+                .as_ref()
+                .map(RouteTokens::load)
+                .transpose()
+                .map_err(|error| BuildError::Tokenizer {
+                    source_file: config.source.clone(),
+                    at,
+                    error: Box::new(error),
+                })
+        };
+        for (i, route) in config.routes.iter().enumerate() {
+            let tokenizer = tokens(&route.tokenizer, format!("routes[{i}]"))?;
             let targets: Vec<Target> = route
                 .targets
                 .iter()
@@ -285,7 +306,9 @@ impl Snapshot {
                 .collect();
             let specs: Vec<TargetSpec<'_>> = targets.iter().map(|t| t.spec(&config)).collect();
             let views = TargetViews::new(
-                targets.iter().map(|t| (t.id.provider.as_str(), &t.stats)),
+                targets
+                    .iter()
+                    .map(|t| (t.id.provider.as_str(), Some(t.id.model.as_str()), &t.stats)),
                 &config,
                 learned,
             );
@@ -300,13 +323,15 @@ impl Snapshot {
                 targets,
                 adapter: None,
                 kept: false,
+                tokenizer,
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
             route_order.push(route);
         }
 
         let mut groups = HashMap::new();
-        for group in &config.provider_groups {
+        for (i, group) in config.provider_groups.iter().enumerate() {
+            let tokenizer = tokens(&group.tokenizer, format!("provider_groups[{i}]"))?;
             // Costs and learned state of a group's balancer follow each
             // member's declared upstream model; a passthrough member's model
             // is unknown until a request names it, so it is cost-neutral.
@@ -342,8 +367,8 @@ impl Snapshot {
                 group
                     .members
                     .iter()
-                    .map(|m| m.provider.as_str())
-                    .zip(&member_stats),
+                    .zip(&member_stats)
+                    .map(|(m, stats)| (m.provider.as_str(), m.model.as_deref(), stats)),
                 &config,
                 learned,
             );
@@ -357,6 +382,7 @@ impl Snapshot {
                     members: group.members.clone(),
                     member_stats,
                     metrics: metrics.route(&format!("{}/*", group.slug), group.strategy.as_str()),
+                    tokenizer,
                 },
             );
         }
@@ -521,6 +547,7 @@ impl Snapshot {
             // only where members forward it as asked.
             adapter: passthrough.then(|| requested.to_string()),
             kept,
+            tokenizer: group.tokenizer.clone(),
         }
     }
 
@@ -559,6 +586,7 @@ impl Snapshot {
             metrics: engine.metrics.clone(),
             adapter: None,
             kept,
+            tokenizer: None,
         }
     }
 
@@ -626,21 +654,31 @@ fn configured_targets(config: &Config) -> HashSet<TargetId> {
 struct TargetViews {
     stats: Vec<Arc<crate::tracker::TargetStats>>,
     kv: Vec<Option<Arc<crate::kv_events::KvIndex>>>,
+    /// The model each target sends; `None` for passthrough members.
+    models: Vec<Option<String>>,
     occupancy: Vec<Option<Arc<crate::lmcache::Occupancy>>>,
 }
 
 impl TargetViews {
     fn new<'a>(
-        targets: impl Iterator<Item = (&'a str, &'a Arc<crate::tracker::TargetStats>)>,
+        targets: impl Iterator<
+            Item = (
+                &'a str,
+                Option<&'a str>,
+                &'a Arc<crate::tracker::TargetStats>,
+            ),
+        >,
         config: &Config,
         learned: &Learned,
     ) -> Self {
         let mut views = TargetViews {
             stats: Vec::new(),
             kv: Vec::new(),
+            models: Vec::new(),
             occupancy: Vec::new(),
         };
-        for (slug, stats) in targets {
+        for (slug, model, stats) in targets {
+            views.models.push(model.map(str::to_owned));
             let provider = config.providers.iter().find(|p| p.slug == slug);
             views.stats.push(Arc::clone(stats));
             views.kv.push(
@@ -667,7 +705,7 @@ fn build_balancer(
 ) -> Box<dyn LoadBalancer> {
     let mut context = BuildContext::new(specs, seed);
     context.stats = Arc::new(TrackerView::new(views.stats));
-    context.kv_blocks = Arc::new(KvTargetsView::new(views.kv));
+    context.kv_blocks = Arc::new(KvTargetsView::new(views.kv, views.models));
     context.occupancy = Arc::new(OccupancyTargetsView::new(views.occupancy));
     context.adaptive = config.adaptive_routing;
     rolter_balancer::build(strategy, &context)

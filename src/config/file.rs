@@ -456,6 +456,19 @@ pub struct RouteTable {
     /// "round_robin".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// Local Hugging Face model directory (`tokenizer.json`,
+    /// `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+    /// model the engines serve: the gateway renders and tokenizes requests
+    /// with it so `precise_cache_aware` and the KV-block scorer match
+    /// requests that carry only text. Relative to the working directory.
+    /// Default: none (token ids only from the caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// How much of a request's rendered text is tokenized for routing, in
+    /// KiB; routing reads the beginning of a conversation. Default: 64; 1
+    /// to 4096. Read only with `tokenizer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer_budget_kib: Option<u32>,
     /// Where requests for `model` go. Required, non-empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<TargetEntry>>,
@@ -502,6 +515,19 @@ pub struct ProviderGroupTable {
     /// Default: "round_robin".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// Local Hugging Face model directory (`tokenizer.json`,
+    /// `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+    /// model the engines serve: the gateway renders and tokenizes requests
+    /// with it so `precise_cache_aware` and the KV-block scorer match
+    /// requests that carry only text. Relative to the working directory.
+    /// Default: none (token ids only from the caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// How much of a request's rendered text is tokenized for routing, in
+    /// KiB; routing reads the beginning of a conversation. Default: 64; 1
+    /// to 4096. Read only with `tokenizer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer_budget_kib: Option<u32>,
     /// The group's providers. Required, non-empty, each provider at most
     /// once.
     #[serde(skip_serializing_if = "Option::is_none")]

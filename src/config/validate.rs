@@ -19,7 +19,8 @@
 //! One file per part of the file: `providers.rs` (upstream TLS included),
 //! `telemetry.rs` (a provider's KV-event stream and LMCache signal),
 //! `groups.rs` (provider groups), `routes.rs`, `keys.rs` (API keys and admin
-//! tokens), `catalog.rs`, `adaptive.rs`, `eligibility.rs` (`[health]`,
+//! tokens), `tokenizer.rs` (a route's or group's model directory), `catalog.rs`,
+//! `adaptive.rs`, `eligibility.rs` (`[health]`,
 //! `[breaker]` and `[parking]`), `edge.rs` (the client-facing part of
 //! `[server]`: TLS listeners, trusted proxies, the access log) and
 //! `control_plane.rs` (`[control_plane]` and what each role requires); the
@@ -37,6 +38,7 @@ mod keys;
 mod providers;
 mod routes;
 mod telemetry;
+mod tokenizer;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -58,6 +58,9 @@ pub const DEFAULT_MAX_BLOCKS: usize = 1_000_000;
 /// (docs/design/defaults.md: stale after 30 s without a message).
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 
+/// Adapter names an index remembers (engines hold a few dozen at most).
+const MAX_ADAPTER_NAMES: usize = 1024;
+
 /// `last_message_ms` before the first message.
 const NEVER: u64 = u64::MAX;
 /// `next_seq` before the first message.
@@ -124,6 +127,10 @@ pub struct KvIndex {
 struct IndexState {
     /// Bumped by every (re)configuration; writers of older ones are ignored.
     generation: u64,
+    /// LoRA adapters the engine stored blocks for (`lora_name`), at most
+    /// [`MAX_ADAPTER_NAMES`]: a request for one of these models is hashed
+    /// from the adapter's root, any other model's from the base root.
+    adapters: std::collections::HashSet<String>,
     settings: Option<KvIndexSettings>,
     rank_capacity: usize,
     ranks: Vec<RankState>,
@@ -184,6 +191,7 @@ impl KvIndex {
             block_size: AtomicUsize::new(0),
             state: RwLock::new(IndexState {
                 generation: 0,
+                adapters: Default::default(),
                 settings: None,
                 rank_capacity: 1,
                 ranks: Vec::new(),
@@ -207,6 +215,23 @@ impl KvIndex {
     /// stale, rebuilding).
     pub fn resident_leading_fraction(&self, token_ids: &[u32]) -> Option<f64> {
         self.resident_leading_fraction_from(ROOT_SEED, token_ids)
+    }
+
+    /// [`KvIndex::resident_leading_fraction`] for a request the engine
+    /// serves as `model`: from the adapter's root when the engine stored
+    /// blocks under that adapter name, else from the base model's.
+    pub fn resident_leading_fraction_for_model(
+        &self,
+        token_ids: &[u32],
+        model: &str,
+    ) -> Option<f64> {
+        let is_adapter = self.read().adapters.contains(model);
+        let root = if is_adapter {
+            adapter_root(model)
+        } else {
+            ROOT_SEED
+        };
+        self.resident_leading_fraction_from(root, token_ids)
     }
 
     /// [`KvIndex::resident_leading_fraction`] for a request served by a
@@ -436,7 +461,10 @@ impl RankWriter {
             let Some(settings) = state.settings else {
                 return false;
             };
-            let rank = &mut state.ranks[self.rank];
+            let IndexState {
+                ranks, adapters, ..
+            } = &mut *state;
+            let rank = &mut ranks[self.rank];
             for entry in &batch.entries {
                 match entry {
                     BatchEntry::Event(event) => {
@@ -444,6 +472,13 @@ impl RankWriter {
                         bump(&counts.received);
                         match event {
                             KvEvent::BlockStored(stored) => {
+                                if let Some(name) = &stored.lora_name {
+                                    if adapters.len() < MAX_ADAPTER_NAMES
+                                        && !adapters.contains(name)
+                                    {
+                                        adapters.insert(name.clone());
+                                    }
+                                }
                                 match store(&mut rank.blocks, settings.block_size, stored) {
                                     Ok((placed, evicted)) => {
                                         bump(&counts.applied);

@@ -33,6 +33,24 @@ pub struct ParsedRequest {
     pub prompt_digest: u64,
     /// A completions `prompt` given as one list of token ids.
     pub token_ids: Option<Vec<u32>>,
+    /// Where the parts a chat template reads sit in the body, so the
+    /// route's tokenizer can read them when it has one (`tokenization.rs`).
+    pub text_spans: Option<TextSpans>,
+}
+
+/// Byte ranges of raw JSON values in the body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextSpans {
+    /// Chat: `messages`.
+    pub messages: Option<Range<usize>>,
+    /// Chat: `tools`, unless `null`.
+    pub tools: Option<Range<usize>>,
+    /// Chat: `chat_template_kwargs`, unless `null`.
+    pub chat_template_kwargs: Option<Range<usize>>,
+    /// Chat: `add_generation_prompt` when a boolean.
+    pub add_generation_prompt: Option<bool>,
+    /// Completions: `prompt` when one string (its literal, quotes included).
+    pub prompt: Option<Range<usize>>,
 }
 
 /// Why a body cannot be routed. Each names the offending field where there is one.
@@ -81,6 +99,12 @@ struct Envelope<'a> {
     prompt: Option<&'a RawValue>,
     #[serde(borrow)]
     input: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow)]
+    chat_template_kwargs: Option<&'a RawValue>,
+    #[serde(borrow)]
+    add_generation_prompt: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +166,26 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
             .is_some_and(|i| read_prompt(i, &mut conversation)),
         Endpoint::Models => false,
     };
+    let span = |raw: Option<&RawValue>| {
+        raw.filter(|r| r.get() != "null")
+            .and_then(|r| span_in(body, r.get()))
+    };
+    let text_spans = match endpoint {
+        Endpoint::ChatCompletions if readable => Some(TextSpans {
+            messages: span(envelope.messages),
+            tools: span(envelope.tools),
+            chat_template_kwargs: span(envelope.chat_template_kwargs),
+            add_generation_prompt: envelope
+                .add_generation_prompt
+                .and_then(|r| serde_json::from_str::<bool>(r.get()).ok()),
+            prompt: None,
+        }),
+        Endpoint::Completions if readable => Some(TextSpans {
+            prompt: span(envelope.prompt.filter(|p| p.get().starts_with('"'))),
+            ..TextSpans::default()
+        }),
+        _ => None,
+    };
     let (prompt, prompt_len, mut prompt_digest) = conversation.finish();
     if !readable {
         prompt_digest = xxhash_rust::xxh3::xxh3_64(body);
@@ -154,6 +198,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         prompt_len: if readable { prompt_len } else { 0 },
         prompt_digest,
         token_ids,
+        text_spans,
     })
 }
 

@@ -7,7 +7,8 @@
 //!    body byte is read.
 //! 3. The body: media type (415), size and pace (413, 408), JSON (400).
 //! 4. The address: what `model` names, checked against the key before any
-//!    state is built for it (404, 403); then its route.
+//!    state is built for it (404, 403); then its route, and the request's
+//!    routing token ids from the route's tokenizer (`tokenization.rs`).
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
 use crate::snapshot::{Refusal, Snapshot};
+use crate::tokenization::fill_token_ids;
 
 /// What follows admission.
 pub enum Next {
@@ -85,6 +87,8 @@ pub async fn admit(
         });
     }
     let route = snapshot.route(&address, crate::clock::now_ms());
+    let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request);
+    Metrics::record_token_source(&route.metrics, source);
     let session_key = session
         .req_header()
         .headers

@@ -132,4 +132,6 @@ pub struct Route {
     /// An addressed route the snapshot keeps (`addressed.rs`); configured
     /// routes and routes built for one request are not.
     pub kept: bool,
+    /// The model directory its requests are tokenized with for routing.
+    pub tokenizer: Option<crate::tokenization::RouteTokens>,
 }

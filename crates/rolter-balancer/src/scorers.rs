@@ -60,7 +60,12 @@ pub(crate) mod testing {
     }
 
     impl KvBlockView for FixedView {
-        fn resident_fraction(&self, target: usize, _token_ids: &[u32]) -> Option<f64> {
+        fn resident_fraction(
+            &self,
+            target: usize,
+            _token_ids: &[u32],
+            _adapter: Option<&str>,
+        ) -> Option<f64> {
             self.value(target)
         }
     }

@@ -61,8 +61,16 @@ pub trait TargetStatsView: Send + Sync {
 pub trait KvBlockView: Send + Sync {
     /// The fraction in [0, 1] of the request's leading full token blocks that
     /// are resident on `target`; `None` when that target has no fresh index
-    /// (no source, stale, cleared after a gap, not yet rebuilt).
-    fn resident_fraction(&self, target: usize, token_ids: &[u32]) -> Option<f64>;
+    /// (no source, stale, cleared after a gap, not yet rebuilt). `adapter`
+    /// is the LoRA adapter the request addresses, when the route does not
+    /// fix each target's model ([`RouteContext::adapter`](crate::RouteContext)):
+    /// an engine keys an adapter's blocks apart from the base model's.
+    fn resident_fraction(
+        &self,
+        target: usize,
+        token_ids: &[u32],
+        adapter: Option<&str>,
+    ) -> Option<f64>;
 }
 
 /// The LMCache occupancy signal of each target.
@@ -79,7 +87,12 @@ pub struct NoViews;
 impl TargetStatsView for NoViews {}
 
 impl KvBlockView for NoViews {
-    fn resident_fraction(&self, _target: usize, _token_ids: &[u32]) -> Option<f64> {
+    fn resident_fraction(
+        &self,
+        _target: usize,
+        _token_ids: &[u32],
+        _adapter: Option<&str>,
+    ) -> Option<f64> {
         None
     }
 }

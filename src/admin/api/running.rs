@@ -152,6 +152,8 @@ pub fn document(config: &Config) -> ConfigFile {
             .map(|r| RouteTable {
                 model: Some(r.model.clone()),
                 strategy: Some(r.strategy.as_str().to_owned()),
+                tokenizer: r.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
+                tokenizer_budget_kib: r.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
                 targets: Some(
                     r.targets
                         .iter()
@@ -171,6 +173,8 @@ pub fn document(config: &Config) -> ConfigFile {
                 name: Some(g.name.clone()),
                 slug: Some(g.slug.clone()),
                 strategy: Some(g.strategy.as_str().to_owned()),
+                tokenizer: g.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
+                tokenizer_budget_kib: g.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
                 members: Some(
                     g.members
                         .iter()

@@ -33,6 +33,8 @@ fn file_rows() -> ConfigFile {
         routes: vec![RouteTable {
             model: Some("file-chat".to_owned()),
             strategy: None,
+            tokenizer: None,
+            tokenizer_budget_kib: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("file-gpu".to_owned()),
                 model: None,
@@ -487,6 +489,8 @@ async fn a_change_that_would_not_validate_answers_the_validators_messages() {
         let mut candidate = file_rows();
         candidate.routes.push(RouteTable {
             model: Some("chat".to_owned()),
+            tokenizer: None,
+            tokenizer_budget_kib: None,
             strategy: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("gpu-z".to_owned()),

@@ -141,6 +141,7 @@ fn contract_example_without_unimplemented_parts_validates() {
         config.provider_groups,
         [ProviderGroup {
             name: "Edge fleet".into(),
+            tokenizer: None,
             slug: "edge-fleet".into(),
             strategy: StrategyKind::Weighted,
             members: vec![

@@ -18,6 +18,7 @@ fn group_slug_is_derived_from_the_name_and_members_default_to_passthrough() {
         config.provider_groups,
         [ProviderGroup {
             name: "Edge fleet".into(),
+            tokenizer: None,
             slug: "edge-fleet".into(),
             strategy: StrategyKind::RoundRobin,
             members: vec![

@@ -64,6 +64,7 @@ impl Validator<'_> {
             }
 
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
+            let tokenizer = self.tokenizer(&here, table.tokenizer, table.tokenizer_budget_kib);
 
             let mut members: Vec<GroupMember> = Vec::new();
             // Indices into the written list, for the duplicate message.
@@ -95,6 +96,7 @@ impl Validator<'_> {
                         slug: slug.clone(),
                         strategy,
                         members,
+                        tokenizer,
                     })
                 }
                 _ => None,

@@ -62,6 +62,11 @@ impl Validator<'_> {
             }
 
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
+            let tokenizer = self.tokenizer(
+                &format!("routes[{i}]"),
+                table.tokenizer,
+                table.tokenizer_budget_kib,
+            );
 
             let mut targets: Vec<RouteTarget> = Vec::new();
             let written = self.non_empty(&at("targets"), table.targets, "target");
@@ -94,6 +99,7 @@ impl Validator<'_> {
                         model,
                         strategy,
                         targets,
+                        tokenizer,
                     });
                 }
             }

@@ -207,7 +207,7 @@ impl Resource for Routes {
     type Row = RouteTable;
     const KIND: ResourceKind = ResourceKind::Route;
     const TABLE: &'static str = "routes";
-    const COLUMNS: &'static [&'static str] = &["strategy"];
+    const COLUMNS: &'static [&'static str] = &["strategy", "tokenizer", "tokenizer_budget_kib"];
 
     fn key_field(row: &RouteTable) -> &Option<String> {
         &row.model
@@ -226,9 +226,17 @@ impl Resource for Routes {
     }
 
     fn from_row(row: &PgRow) -> Result<RouteTable, StoreError> {
+        let model: String = column(row, "model", "routes")?;
         Ok(RouteTable {
-            model: Some(column(row, "model", "routes")?),
             strategy: column(row, "strategy", "routes")?,
+            tokenizer: column(row, "tokenizer", "routes")?,
+            tokenizer_budget_kib: from_bigint(
+                ResourceKind::Route,
+                &model,
+                "tokenizer_budget_kib",
+                column(row, "tokenizer_budget_kib", "routes")?,
+            )?,
+            model: Some(model),
             targets: None,
         })
     }
@@ -238,7 +246,10 @@ impl Resource for Routes {
         _key: &str,
         row: &'q RouteTable,
     ) -> Result<PgQuery<'q>, StoreError> {
-        Ok(query.bind(&row.strategy))
+        Ok(query
+            .bind(&row.strategy)
+            .bind(&row.tokenizer)
+            .bind(row.tokenizer_budget_kib.map(i64::from)))
     }
 
     async fn read_children(
@@ -270,7 +281,8 @@ impl Resource for ProviderGroups {
     type Row = ProviderGroupTable;
     const KIND: ResourceKind = ResourceKind::ProviderGroup;
     const TABLE: &'static str = "provider_groups";
-    const COLUMNS: &'static [&'static str] = &["name", "strategy"];
+    const COLUMNS: &'static [&'static str] =
+        &["name", "strategy", "tokenizer", "tokenizer_budget_kib"];
 
     fn key_field(row: &ProviderGroupTable) -> &Option<String> {
         &row.slug
@@ -295,10 +307,18 @@ impl Resource for ProviderGroups {
     }
 
     fn from_row(row: &PgRow) -> Result<ProviderGroupTable, StoreError> {
+        let slug: String = column(row, "slug", "provider_groups")?;
         Ok(ProviderGroupTable {
-            slug: Some(column(row, "slug", "provider_groups")?),
             name: Some(column(row, "name", "provider_groups")?),
             strategy: column(row, "strategy", "provider_groups")?,
+            tokenizer: column(row, "tokenizer", "provider_groups")?,
+            tokenizer_budget_kib: from_bigint(
+                ResourceKind::ProviderGroup,
+                &slug,
+                "tokenizer_budget_kib",
+                column(row, "tokenizer_budget_kib", "provider_groups")?,
+            )?,
+            slug: Some(slug),
             members: None,
         })
     }
@@ -309,7 +329,11 @@ impl Resource for ProviderGroups {
         row: &'q ProviderGroupTable,
     ) -> Result<PgQuery<'q>, StoreError> {
         let name = required(ResourceKind::ProviderGroup, key, "name", &row.name)?;
-        Ok(query.bind(name).bind(&row.strategy))
+        Ok(query
+            .bind(name)
+            .bind(&row.strategy)
+            .bind(&row.tokenizer)
+            .bind(row.tokenizer_budget_kib.map(i64::from)))
     }
 
     async fn read_children(

@@ -179,6 +179,8 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
         let route = RouteTable {
             model: Some("org/chat".to_owned()),
             strategy: Some("weighted".to_owned()),
+            tokenizer: Some("/models/Qwen3-8B".to_owned()),
+            tokenizer_budget_kib: Some(32),
             targets: Some(vec![
                 target("gpu-b", Some("Qwen/Qwen3-8B"), Some(2)),
                 target("gpu-a", None, None),
@@ -191,6 +193,8 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
         let shorter = RouteTable {
             model: None,
             strategy: None,
+            tokenizer: None,
+            tokenizer_budget_kib: None,
             targets: Some(vec![target("gpu-c", None, Some(7))]),
         };
         let (_, stored) = store
@@ -209,6 +213,8 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             name: Some("Edge fleet".to_owned()),
             slug: None,
             strategy: Some("round_robin".to_owned()),
+            tokenizer: Some("models/edge".to_owned()),
+            tokenizer_budget_kib: None,
             members: Some(vec![
                 GroupMemberEntry {
                     provider: Some("gpu-a".to_owned()),

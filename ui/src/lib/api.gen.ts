@@ -849,6 +849,9 @@ export interface components {
             report: components["schemas"]["ReportView"];
             slug: string;
             strategy: string;
+            /** @description Where its requests' routing token ids came from. */
+            token_sources: components["schemas"]["TokenSourceView"][];
+            tokenizer?: null | components["schemas"]["TokenizerView"];
         };
         /**
          * @description `[health]`: an active probe per provider, `GET` of its `health_path`.
@@ -1111,6 +1114,22 @@ export interface components {
                  *     Default: "round_robin".
                  */
                 strategy?: string | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             }[];
             /** @description Keys of the rows rolter.toml defines: read-only here. */
             file_managed: string[];
@@ -1177,6 +1196,22 @@ export interface components {
                 strategy?: string | null;
                 /** @description Where requests for `model` go. Required, non-empty. */
                 targets?: components["schemas"]["TargetEntry"][] | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             }[];
             /** @description Keys of the rows rolter.toml defines: read-only here. */
             file_managed: string[];
@@ -1340,6 +1375,22 @@ export interface components {
              *     Default: "round_robin".
              */
             strategy?: string | null;
+            /**
+             * @description Local Hugging Face model directory (`tokenizer.json`,
+             *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+             *     model the engines serve: the gateway renders and tokenizes requests
+             *     with it so `precise_cache_aware` and the KV-block scorer match
+             *     requests that carry only text. Relative to the working directory.
+             *     Default: none (token ids only from the caller).
+             */
+            tokenizer?: string | null;
+            /**
+             * Format: int32
+             * @description How much of a request's rendered text is tokenized for routing, in
+             *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+             *     to 4096. Read only with `tokenizer`.
+             */
+            tokenizer_budget_kib?: number | null;
         };
         /** @description One `[[providers]]` entry: an upstream OpenAI-compatible server. */
         ProviderTable: {
@@ -1507,6 +1558,22 @@ export interface components {
             strategy?: string | null;
             /** @description Where requests for `model` go. Required, non-empty. */
             targets?: components["schemas"]["TargetEntry"][] | null;
+            /**
+             * @description Local Hugging Face model directory (`tokenizer.json`,
+             *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+             *     model the engines serve: the gateway renders and tokenizes requests
+             *     with it so `precise_cache_aware` and the KV-block scorer match
+             *     requests that carry only text. Relative to the working directory.
+             *     Default: none (token ids only from the caller).
+             */
+            tokenizer?: string | null;
+            /**
+             * Format: int32
+             * @description How much of a request's rendered text is tokenized for routing, in
+             *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+             *     to 4096. Read only with `tokenizer`.
+             */
+            tokenizer_budget_kib?: number | null;
         };
         RouteTelemetry: {
             /** @description The route's public model. */
@@ -1524,6 +1591,9 @@ export interface components {
             report: components["schemas"]["ReportView"];
             strategy: string;
             targets: components["schemas"]["TargetView"][];
+            /** @description Where its requests' routing token ids came from. */
+            token_sources: components["schemas"]["TokenSourceView"][];
+            tokenizer?: null | components["schemas"]["TokenizerView"];
         };
         /** @description One row: `{"data": ...}`. */
         RowAnswer_AdminTokenView: {
@@ -1613,6 +1683,22 @@ export interface components {
                  *     Default: "round_robin".
                  */
                 strategy?: string | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             };
         };
         /** @description One row: `{"data": ...}`. */
@@ -1677,6 +1763,22 @@ export interface components {
                 strategy?: string | null;
                 /** @description Where requests for `model` go. Required, non-empty. */
                 targets?: components["schemas"]["TargetEntry"][] | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             };
         };
         /** @description One row: `{"data": ...}`. */
@@ -2002,6 +2104,41 @@ export interface components {
              */
             listen?: string | null;
         };
+        /** @description A route's model directory and its prefix cache. */
+        TokenizerView: {
+            /** @description Bytes of rendered text tokenized per request. */
+            budget_bytes: number;
+            /** @description The directory, as configured. */
+            dir: string;
+            has_chat_template: boolean;
+            /**
+             * Format: double
+             * @description `hits / (hits + misses)`; `null` before the first lookup.
+             */
+            prefix_cache_hit_rate?: number | null;
+            /**
+             * Format: int64
+             * @description Tokenized conversations whose beginning was found in the prefix
+             *     cache, and those tokenized whole (shared by every route naming the
+             *     same directory).
+             */
+            prefix_cache_hits: number;
+            /** Format: int64 */
+            prefix_cache_misses: number;
+        };
+        /** @description Requests routed with token ids from one source (and why without). */
+        TokenSourceView: {
+            /**
+             * @description Why not from the gateway's tokenizer (`no_tokenizer`,
+             *     `template_error`, ...), or that only its budget was tokenized
+             *     (`over_budget`); empty otherwise.
+             */
+            reason: string;
+            /** Format: int64 */
+            requests: number;
+            /** @description `gateway`, `caller` or `none`. */
+            source: string;
+        };
         /** @description A write that was applied. */
         Written_AdminTokenView: {
             /**
@@ -2123,6 +2260,22 @@ export interface components {
                  *     Default: "round_robin".
                  */
                 strategy?: string | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             };
             /** @description A created API key's secret, shown this once. */
             key?: string | null;
@@ -2209,6 +2362,22 @@ export interface components {
                 strategy?: string | null;
                 /** @description Where requests for `model` go. Required, non-empty. */
                 targets?: components["schemas"]["TargetEntry"][] | null;
+                /**
+                 * @description Local Hugging Face model directory (`tokenizer.json`,
+                 *     `tokenizer_config.json`, optionally `chat_template.jinja`) of the
+                 *     model the engines serve: the gateway renders and tokenizes requests
+                 *     with it so `precise_cache_aware` and the KV-block scorer match
+                 *     requests that carry only text. Relative to the working directory.
+                 *     Default: none (token ids only from the caller).
+                 */
+                tokenizer?: string | null;
+                /**
+                 * Format: int32
+                 * @description How much of a request's rendered text is tokenized for routing, in
+                 *     KiB; routing reads the beginning of a conversation. Default: 64; 1
+                 *     to 4096. Read only with `tokenizer`.
+                 */
+                tokenizer_budget_kib?: number | null;
             };
             /** @description A created API key's secret, shown this once. */
             key?: string | null;
@@ -5065,6 +5234,9 @@ export const FIELD_HELP = {
     "unknown": "Events of a type this version does not know, skipped.",
     "malformed": "Events that could not be read, skipped (also in their type's `dropped` when the type was readable)."
   },
+  "GroupView": {
+    "token_sources": "Where its requests' routing token ids came from."
+  },
   "HealthTable": {
     "enabled": "Whether providers are probed; off, every provider counts as healthy. Default: true.",
     "interval_secs": "Time between two probes of one provider, in seconds. Default: 10; 1 to 3600.",
@@ -5158,6 +5330,8 @@ export const FIELD_HELP = {
     "name": "Display name. Required, non-empty, unique among groups.",
     "slug": "Identifier in `<slug>/<model>` addresses; same pattern as provider slugs and unique across providers and groups together. Default: derived from `name`.",
     "strategy": "Load-balancing strategy over the members (docs/design/balancer.md). Default: \"round_robin\".",
+    "tokenizer": "Local Hugging Face model directory (`tokenizer.json`, `tokenizer_config.json`, optionally `chat_template.jinja`) of the model the engines serve: the gateway renders and tokenizes requests with it so `precise_cache_aware` and the KV-block scorer match requests that carry only text. Relative to the working directory. Default: none (token ids only from the caller).",
+    "tokenizer_budget_kib": "How much of a request's rendered text is tokenized for routing, in KiB; routing reads the beginning of a conversation. Default: 64; 1 to 4096. Read only with `tokenizer`.",
     "members": "The group's providers. Required, non-empty, each provider at most once."
   },
   "ProviderTable": {
@@ -5201,13 +5375,16 @@ export const FIELD_HELP = {
   "RouteTable": {
     "model": "Public model name clients send. Required, non-empty, unique, and not a provider slug nor `<provider-slug>/...`.",
     "strategy": "Load-balancing strategy name (docs/design/balancer.md). Default: \"round_robin\".",
+    "tokenizer": "Local Hugging Face model directory (`tokenizer.json`, `tokenizer_config.json`, optionally `chat_template.jinja`) of the model the engines serve: the gateway renders and tokenizes requests with it so `precise_cache_aware` and the KV-block scorer match requests that carry only text. Relative to the working directory. Default: none (token ids only from the caller).",
+    "tokenizer_budget_kib": "How much of a request's rendered text is tokenized for routing, in KiB; routing reads the beginning of a conversation. Default: 64; 1 to 4096. Read only with `tokenizer`.",
     "targets": "Where requests for `model` go. Required, non-empty."
   },
   "RouteTelemetry": {
     "model": "The route's public model."
   },
   "RouteView": {
-    "health_panic": "Active health checks mark every target down and requests are routed across them anyway (`proxy/select.rs`)."
+    "health_panic": "Active health checks mark every target down and requests are routed across them anyway (`proxy/select.rs`).",
+    "token_sources": "Where its requests' routing token ids came from."
   },
   "RowAnswer_AdminTokenView": {
     "data": "An admin token as the control API shows it: never the token, nor a digest of it."
@@ -5283,6 +5460,16 @@ export const FIELD_HELP = {
   "TlsListenerTable": {
     "listen": "\"ip:port\". Required; not the address of `server.listen`, `server.admin_listen` or another TLS listener.",
     "certificates": "`[{ cert_path, key_path }, ...]`, chosen by SNI; the first is the default. Required, non-empty."
+  },
+  "TokenizerView": {
+    "dir": "The directory, as configured.",
+    "budget_bytes": "Bytes of rendered text tokenized per request.",
+    "prefix_cache_hits": "Tokenized conversations whose beginning was found in the prefix cache, and those tokenized whole (shared by every route naming the same directory).",
+    "prefix_cache_hit_rate": "`hits / (hits + misses)`; `null` before the first lookup."
+  },
+  "TokenSourceView": {
+    "source": "`gateway`, `caller` or `none`.",
+    "reason": "Why not from the gateway's tokenizer (`no_tokenizer`, `template_error`, ...), or that only its budget was tokenized (`over_budget`); empty otherwise."
   },
   "Written_AdminTokenView": {
     "data": "An admin token as the control API shows it: never the token, nor a digest of it.",

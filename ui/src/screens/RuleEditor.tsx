@@ -12,6 +12,10 @@ import { trafficShares, usesWeights } from "../lib/strategies";
 import { href, navigate } from "../lib/router";
 import { ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice, Table } from "../components/common";
 import { StrategyPicker } from "../components/StrategyPicker";
+import { FIELD_HELP } from "../lib/api.gen";
+
+/// The Rust field docs of `tokenizer` and `tokenizer_budget_kib`.
+const TOKENIZER_HELP = FIELD_HELP.RouteTable;
 
 type Kind = "route" | "group";
 
@@ -99,6 +103,8 @@ function EditorForm(props: {
   const [model, setModel] = useState(fieldText(route?.model));
   const [name, setName] = useState(fieldText(group?.name));
   const [slug, setSlug] = useState(fieldText(group?.slug));
+  const [tokenizer, setTokenizer] = useState(fieldText(original?.tokenizer));
+  const [budget, setBudget] = useState(fieldText(original?.tokenizer_budget_kib));
   const held = original?.strategy;
   const [strategy, setStrategy] = useState(pickerValue(held));
   const [touched, setTouched] = useState(false);
@@ -127,7 +133,14 @@ function EditorForm(props: {
             { key: "name", kind: "text" as const, text: name },
             { key: "slug", kind: "text" as const, text: slug },
           ];
-    const { row, errors } = applyEdits<Record<string, unknown>>((original ?? {}) as Record<string, unknown>, keyEdits);
+    const tokenizerEdits = [
+      { key: "tokenizer", kind: "text" as const, text: tokenizer },
+      { key: "tokenizer_budget_kib", kind: "int" as const, text: budget },
+    ];
+    const { row, errors } = applyEdits<Record<string, unknown>>(
+      (original ?? {}) as Record<string, unknown>,
+      [...keyEdits, ...tokenizerEdits],
+    );
     const problems = [...Object.entries(errors).map(([f, m]) => `${f}: ${m}`), ...entryErrors];
     if (entries.length === 0) problems.push(`a ${noun} needs at least one ${kind === "route" ? "target" : "member"}`);
     if (problems.length) return setError(problems.join("; "));
@@ -244,6 +257,27 @@ function EditorForm(props: {
               targetProviders={drafts.map((d) => d.provider)}
               providers={props.providers}
             />
+            <label htmlFor="rule-tokenizer">Tokenizer</label>
+            <div>
+              <input
+                id="rule-tokenizer"
+                value={tokenizer}
+                onChange={(e) => setTokenizer(e.target.value)}
+                placeholder="e.g. /models/Qwen3-8B (none when empty)"
+              />
+              <div className="help">{TOKENIZER_HELP.tokenizer}</div>
+            </div>
+            <label htmlFor="rule-tokenizer-budget">Tokenizer budget (KiB)</label>
+            <div>
+              <input
+                id="rule-tokenizer-budget"
+                value={budget}
+                inputMode="numeric"
+                onChange={(e) => setBudget(e.target.value)}
+                placeholder="64"
+              />
+              <div className="help">{TOKENIZER_HELP.tokenizer_budget_kib}</div>
+            </div>
           </div>
           <h3 style={{ marginTop: 20 }}>{kind === "route" ? "Targets" : "Members"}</h3>
           {!usesWeights(effective) && (

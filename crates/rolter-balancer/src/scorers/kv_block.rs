@@ -57,7 +57,10 @@ impl Scorer for KvBlockScorer {
         };
         for (i, score) in scores.iter_mut().enumerate() {
             if targets.eligible(i) {
-                *score = self.view.resident_fraction(i, token_ids).map_or(0.0, unit);
+                *score = self
+                    .view
+                    .resident_fraction(i, token_ids, ctx.adapter)
+                    .map_or(0.0, unit);
             }
         }
     }
@@ -75,7 +78,12 @@ mod tests {
     }
 
     impl KvBlockView for LeadingBlocks {
-        fn resident_fraction(&self, target: usize, token_ids: &[u32]) -> Option<f64> {
+        fn resident_fraction(
+            &self,
+            target: usize,
+            token_ids: &[u32],
+            _adapter: Option<&str>,
+        ) -> Option<f64> {
             let blocks = token_ids.len() / 16;
             if blocks == 0 {
                 return Some(0.0);
