@@ -337,7 +337,18 @@ fn token_sources(metrics: &crate::metrics::RouteMetrics) -> Vec<TokenSourceView>
 #[derive(Serialize, ToSchema)]
 struct ReportView {
     decisions: Option<DecisionsView>,
+    /// cache_aware's picks since its balancer was built: warm prompts kept
+    /// on the target holding their prefix (`affinity`), moved by the load
+    /// guard (`spread`), cold prompts sent by load (`cold`).
+    cache_decisions: Option<CacheDecisionsView>,
     targets: Vec<TargetReportView>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct CacheDecisionsView {
+    affinity: u64,
+    spread: u64,
+    cold: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -375,6 +386,11 @@ impl From<BalancerReport> for ReportView {
                 blend: d.blend,
                 fallback: d.fallback,
                 exploration: d.exploration,
+            }),
+            cache_decisions: report.cache_decisions.map(|d| CacheDecisionsView {
+                affinity: d.affinity,
+                spread: d.spread,
+                cold: d.cold,
             }),
             targets: report
                 .targets

@@ -404,6 +404,36 @@ pub struct Route {
     pub targets: Vec<RouteTarget>,
     /// The model directory requests are tokenized with for routing.
     pub tokenizer: Option<RouteTokenizer>,
+    /// cache_aware's load guard.
+    pub cache_guard: CacheGuard,
+}
+
+/// `cache_guard` of a route or provider group, validated: `load_ratio` in
+/// thousandths, so the configuration stays `Eq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheGuard {
+    pub min_load: u64,
+    pub load_ratio_milli: u32,
+}
+
+impl Default for CacheGuard {
+    fn default() -> Self {
+        let guard = rolter_balancer::CacheGuard::default();
+        CacheGuard {
+            min_load: guard.min_load,
+            load_ratio_milli: (guard.load_ratio * 1000.0).round() as u32,
+        }
+    }
+}
+
+impl CacheGuard {
+    /// The balancer's form.
+    pub fn balancer(self) -> rolter_balancer::CacheGuard {
+        rolter_balancer::CacheGuard {
+            min_load: self.min_load,
+            load_ratio: f64::from(self.load_ratio_milli) / 1000.0,
+        }
+    }
 }
 
 /// `tokenizer` and `tokenizer_budget_kib` of a route or provider group:
@@ -441,6 +471,8 @@ pub struct ProviderGroup {
     pub members: Vec<GroupMember>,
     /// The model directory requests are tokenized with for routing.
     pub tokenizer: Option<RouteTokenizer>,
+    /// cache_aware's load guard.
+    pub cache_guard: CacheGuard,
 }
 
 /// One member of a provider group.

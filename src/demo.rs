@@ -12,6 +12,19 @@ use crate::config;
 use rolter_fake_llm::{self as fake_llm, FakeLlmArgs};
 
 const DEMO_CONFIG: &str = include_str!("../conf/demo.toml");
+/// The bundled model directory the demo's engines and its `chat-precise`
+/// route tokenize with: a small ChatML-style BPE tokenizer
+/// (`tests/python/tokenizer_fixture.py --demo` made it).
+const DEMO_TOKENIZER: [(&str, &str); 2] = [
+    (
+        "tokenizer.json",
+        include_str!("../conf/demo-tokenizer/tokenizer.json"),
+    ),
+    (
+        "tokenizer_config.json",
+        include_str!("../conf/demo-tokenizer/tokenizer_config.json"),
+    ),
+];
 /// The admin token of the demo when `ROLTER_ADMIN_TOKEN` is not set.
 const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 
@@ -33,22 +46,45 @@ pub fn run(args: DemoArgs) -> i32 {
         // Set before any thread starts: the demo is still single-threaded here.
         std::env::set_var("ROLTER_ADMIN_TOKEN", DEMO_ADMIN_TOKEN);
     }
-    let engines = match start_engines() {
+    let dir = std::env::temp_dir().join(format!("rolter-demo-{}", std::process::id()));
+    let tokenizer = dir.join("demo-tokenizer");
+    let written = std::fs::create_dir_all(&tokenizer).and_then(|_| {
+        DEMO_TOKENIZER
+            .iter()
+            .try_for_each(|(name, text)| std::fs::write(tokenizer.join(name), text))
+    });
+    if let Err(e) = written {
+        eprintln!("rolter demo: cannot write {}: {e}", tokenizer.display());
+        return 1;
+    }
+    let engines = match start_engines(&tokenizer) {
         Ok(engines) => engines,
         Err(e) => {
             eprintln!("rolter demo: cannot start the fake engines: {e}");
             return 1;
         }
     };
-    let dir = std::env::temp_dir().join(format!("rolter-demo-{}", std::process::id()));
     let config_path = dir.join("rolter.toml");
-    let text = DEMO_CONFIG
+    let mut text = DEMO_CONFIG
         .replace("@LISTEN@", &args.listen.to_string())
         .replace("@ADMIN_LISTEN@", &args.admin_listen.to_string())
-        .replace("@ENGINE_A@", &format!("http://{}", engines[0]))
-        .replace("@ENGINE_B@", &format!("http://{}", engines[1]))
-        .replace("@ENGINE_C@", &format!("http://{}", engines[2]));
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&config_path, text)) {
+        .replace("@TOKENIZER@", &tokenizer.display().to_string());
+    for (engine, letter) in engines.iter().zip(["A", "B", "C"]) {
+        text = text
+            .replace(
+                &format!("@ENGINE_{letter}@"),
+                &format!("http://{}", engine.http),
+            )
+            .replace(
+                &format!("@KV_{letter}@"),
+                engine.kv_events.as_deref().unwrap_or_default(),
+            )
+            .replace(
+                &format!("@REPLAY_{letter}@"),
+                engine.kv_replay.as_deref().unwrap_or_default(),
+            );
+    }
+    if let Err(e) = std::fs::write(&config_path, text) {
         eprintln!("rolter demo: cannot write {}: {e}", config_path.display());
         return 1;
     }
@@ -71,14 +107,17 @@ pub fn run(args: DemoArgs) -> i32 {
          -d '{{\"model\":\"chat\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n  \
          curl -sN http://{listen}/v1/chat/completions -H 'content-type: application/json' \\\n    \
          -d '{{\"model\":\"chat\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n  \
+         curl -s -D - http://{listen}/v1/chat/completions -H 'content-type: application/json' \\\n    \
+         -d '{{\"model\":\"chat-precise\",\"messages\":[{{\"role\":\"system\",\"content\":\"You are a patient tutor who explains every step.\"}},{{\"role\":\"user\",\"content\":\"Teach me how binary search works.\"}}]}}'\n    \
+         (run it twice: x-rolter-target names the engine that holds the conversation's KV blocks)\n  \
          curl -s http://{admin}/admin/routes -H 'authorization: Bearer {token}'\n  \
          curl -s -X POST http://{admin}/admin/reload -H 'authorization: Bearer {token}'\n  \
          curl -s http://{admin}/metrics\n",
         listen = args.listen,
         admin = args.admin_listen,
-        a = engines[0],
-        b = engines[1],
-        c = engines[2],
+        a = engines[0].http,
+        b = engines[1].http,
+        c = engines[2].http,
         path = config_path.display(),
     );
 
@@ -93,8 +132,9 @@ pub fn run(args: DemoArgs) -> i32 {
     crate::serve::run_with_conf(conf, config, &PathBuf::from(&config_path))
 }
 
-/// Binds three engines on free loopback ports and serves them on a runtime thread.
-fn start_engines() -> std::io::Result<Vec<SocketAddr>> {
+/// Binds three engines (HTTP and KV-event sockets) on free loopback ports,
+/// tokenizing with `tokenizer`, and serves them on a runtime thread.
+fn start_engines(tokenizer: &std::path::Path) -> std::io::Result<Vec<fake_llm::EngineAddresses>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -102,15 +142,20 @@ fn start_engines() -> std::io::Result<Vec<SocketAddr>> {
     let mut addrs = Vec::new();
     for (name, ttft_ms) in [("engine-a", 40), ("engine-b", 60), ("engine-c", 80)] {
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-        addrs.push(listener.local_addr()?);
         let engine = FakeLlmArgs {
             name: name.to_string(),
             ttft_ms,
             token_delay_ms: 15,
+            tokenizer: Some(tokenizer.to_path_buf()),
+            kv_events: Some("tcp://127.0.0.1:0".to_string()),
+            kv_replay: Some("tcp://127.0.0.1:0".to_string()),
+            block_size: 16,
             ..FakeLlmArgs::default()
         };
+        let bound = runtime.block_on(fake_llm::BoundEngine::with_listener(engine, listener))?;
+        addrs.push(bound.addresses().clone());
         runtime.spawn(async move {
-            if let Err(e) = fake_llm::serve(engine, listener).await {
+            if let Err(e) = bound.serve().await {
                 log::error!("fake engine {name} stopped: {e}");
             }
         });

@@ -26,7 +26,7 @@ enum Command {
         config: std::path::PathBuf,
     },
     /// Run an OpenAI-compatible fake engine (tests, demos, load tests).
-    FakeLlm(fake_llm::FakeLlmArgs),
+    FakeLlm(Box<fake_llm::FakeLlmArgs>),
     /// Run three fake engines and the gateway on the embedded demo configuration.
     Demo(demo::DemoArgs),
     /// Apply migrations/ to the control plane's PostgreSQL database (a second run is a no-op).
@@ -40,7 +40,7 @@ fn main() {
     let code = match Cli::parse().command {
         Command::Serve(args) => serve::run(args),
         Command::Check { config } => check(&config),
-        Command::FakeLlm(args) => fake_llm::run(args),
+        Command::FakeLlm(args) => fake_llm::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Migrate(args) => control::store::run_migrate(args),
         Command::Openapi => {

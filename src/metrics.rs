@@ -59,6 +59,7 @@ pub struct Metrics {
     reloads: IntCounterVec,
     config_version: IntGauge,
     adaptive_score: GaugeVec,
+    cache_decisions: IntGaugeVec,
     provider_healthy: IntGaugeVec,
     health_probes: IntCounterVec,
     breaker_state: IntGaugeVec,
@@ -197,6 +198,14 @@ impl Metrics {
             "Version of the configuration snapshot being served.",
         )
         .expect("static metric definition");
+        let cache_decisions = IntGaugeVec::new(
+            Opts::new(
+                "rolter_cache_aware_decisions",
+                "cache_aware picks by route and decision (affinity: kept on the warm target; spread: moved by the load guard; cold: by load) since the route's balancer was built (a reload restarts them).",
+            ),
+            &["route", "decision"],
+        )
+        .expect("static metric definition");
         let adaptive_score = GaugeVec::new(
             Opts::new(
                 "rolter_adaptive_routing_target_score",
@@ -316,6 +325,7 @@ impl Metrics {
             Box::new(reloads.clone()),
             Box::new(config_version.clone()),
             Box::new(adaptive_score.clone()),
+            Box::new(cache_decisions.clone()),
             Box::new(provider_healthy.clone()),
             Box::new(health_probes.clone()),
             Box::new(breaker_state.clone()),
@@ -351,6 +361,7 @@ impl Metrics {
             reloads,
             config_version,
             adaptive_score,
+            cache_decisions,
             provider_healthy,
             health_probes,
             breaker_state,
@@ -569,6 +580,12 @@ impl Metrics {
     }
 
     /// The blended score `adaptive` last ranked `target` of `route` by.
+    pub fn set_cache_decisions(&self, route: &str, decision: &str, count: u64) {
+        self.cache_decisions
+            .with_label_values(&[route, decision])
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
     pub fn set_adaptive_score(&self, route: &str, target: &str, score: f64) {
         self.adaptive_score
             .with_label_values(&[route, target])

@@ -357,11 +357,14 @@ impl ProxyHttp for Gateway {
         let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
             return Ok(None);
         };
-        if !attempt.teaches {
-            return Ok(None);
-        }
         if attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty()) {
             attempt.first_byte = Some(attempt.started.elapsed());
+            if let Some(guard) = attempt.in_flight.as_mut() {
+                guard.first_byte();
+            }
+        }
+        if !attempt.teaches {
+            return Ok(None);
         }
         if end_of_stream {
             attempt.teaches = false;

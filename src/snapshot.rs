@@ -312,8 +312,14 @@ impl Snapshot {
                 &config,
                 learned,
             );
-            let balancer =
-                build_balancer(route.strategy, &specs, views, seeds.next(), &config).into();
+            let balancer = build_balancer(
+                route.strategy,
+                &specs,
+                views,
+                (seeds.next(), route.cache_guard),
+                &config,
+            )
+            .into();
             let route = Arc::new(Route {
                 model: route.model.clone(),
                 kind: RouteKind::Configured,
@@ -372,7 +378,13 @@ impl Snapshot {
                 &config,
                 learned,
             );
-            let balancer = build_balancer(group.strategy, &specs, views, seeds.next(), &config);
+            let balancer = build_balancer(
+                group.strategy,
+                &specs,
+                views,
+                (seeds.next(), group.cache_guard),
+                &config,
+            );
             groups.insert(
                 group.slug.clone(),
                 Group {
@@ -700,10 +712,11 @@ fn build_balancer(
     strategy: StrategyKind,
     specs: &[TargetSpec<'_>],
     views: TargetViews,
-    seed: u64,
+    (seed, cache_guard): (u64, crate::config::CacheGuard),
     config: &Config,
 ) -> Box<dyn LoadBalancer> {
     let mut context = BuildContext::new(specs, seed);
+    context.cache_guard = cache_guard.balancer();
     context.stats = Arc::new(TrackerView::new(views.stats));
     context.kv_blocks = Arc::new(KvTargetsView::new(views.kv, views.models));
     context.occupancy = Arc::new(OccupancyTargetsView::new(views.occupancy));

@@ -10,7 +10,8 @@
 //! always win. A request the template refuses is routed without ids (the
 //! scorers are neutral, least load decides) and counted by reason in
 //! `rolter_routing_tokens_total`: the gateway never fails a request over
-//! its own tokenization.
+//! its own tokenization. Long bodies are tokenized off the proxy's threads
+//! ([`INLINE_BODY_BYTES`]).
 //!
 //! Model directories are loaded by one process-wide registry, first when
 //! the configuration is validated (so `rolter check` and a reload refuse a
@@ -22,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use rolter_tokenize::{ChatRequest, LoadError, ModelTokenizer, TokenizeError, TokenizerRegistry};
 
 use crate::config::RouteTokenizer;
-use crate::openai::{Endpoint, ParsedRequest};
+use crate::openai::{Endpoint, ParsedRequest, TextSpans};
 
 /// Default for `tokenizer_budget_kib`.
 pub const DEFAULT_BUDGET_KIB: u32 = 64;
@@ -82,10 +83,12 @@ pub enum NoTokens {
     UnsupportedContent,
     /// The tokenizer itself failed.
     TokenizerError,
+    /// Every tokenizer slot was taken by other long requests.
+    Busy,
 }
 
 impl TokenSource {
-    pub const ALL: [TokenSource; 9] = [
+    pub const ALL: [TokenSource; 10] = [
         TokenSource::Caller,
         TokenSource::Gateway { over_budget: false },
         TokenSource::Gateway { over_budget: true },
@@ -95,6 +98,7 @@ impl TokenSource {
         TokenSource::None(NoTokens::TemplateError),
         TokenSource::None(NoTokens::UnsupportedContent),
         TokenSource::None(NoTokens::TokenizerError),
+        TokenSource::None(NoTokens::Busy),
     ];
 
     /// `(source, reason)` label values.
@@ -125,6 +129,7 @@ impl NoTokens {
             NoTokens::TemplateError => "template_error",
             NoTokens::UnsupportedContent => "unsupported_content",
             NoTokens::TokenizerError => "tokenizer_error",
+            NoTokens::Busy => "tokenizer_busy",
         }
     }
 
@@ -139,13 +144,29 @@ impl NoTokens {
     }
 }
 
+/// Bodies up to this size are tokenized on the proxy's own thread; larger
+/// ones on tokio's blocking pool, so a long conversation arriving cold
+/// (milliseconds of tokenizer work) never stalls the other requests that
+/// thread serves.
+pub const INLINE_BODY_BYTES: usize = 8 * 1024;
+
+/// Tokenizations running on the blocking pool at once; a request past this
+/// is routed without ids (`tokenizer_busy`) rather than queued behind them.
+fn offload_slots() -> &'static Arc<tokio::sync::Semaphore> {
+    static SLOTS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        Arc::new(tokio::sync::Semaphore::new((2 * cores).max(4)))
+    })
+}
+
 /// Fills `request.token_ids` from the route's tokenizer when the caller
 /// sent none, and says where they came from. `body` is the request body
 /// `request` was parsed from.
-pub fn fill_token_ids(
+pub async fn fill_token_ids(
     tokens: Option<&RouteTokens>,
     endpoint: Endpoint,
-    body: &[u8],
+    body: &bytes::Bytes,
     request: &mut ParsedRequest,
 ) -> TokenSource {
     if request.token_ids.is_some() {
@@ -154,13 +175,48 @@ pub fn fill_token_ids(
     let Some(tokens) = tokens else {
         return TokenSource::None(NoTokens::NoTokenizer);
     };
-    let result = match (endpoint, &request.text_spans) {
-        (Endpoint::ChatCompletions, Some(spans)) => {
-            let text =
-                |range: &std::ops::Range<usize>| std::str::from_utf8(&body[range.clone()]).ok();
-            let Some(messages) = spans.messages.as_ref().and_then(text) else {
-                return TokenSource::None(NoTokens::Unreadable);
-            };
+    let Some(spans) = request.text_spans.clone() else {
+        return TokenSource::None(NoTokens::Unreadable);
+    };
+    let result = if body.len() <= INLINE_BODY_BYTES {
+        token_ids(tokens, endpoint, body, &spans)
+    } else {
+        let Ok(slot) = Arc::clone(offload_slots()).try_acquire_owned() else {
+            return TokenSource::None(NoTokens::Busy);
+        };
+        let (tokens, body) = (tokens.clone(), body.clone());
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            token_ids(&tokens, endpoint, &body, &spans)
+        })
+        .await
+        .unwrap_or(Err(NoTokens::TokenizerError))
+    };
+    match result {
+        Ok((ids, over_budget)) => {
+            request.token_ids = Some(ids);
+            TokenSource::Gateway { over_budget }
+        }
+        Err(why) => TokenSource::None(why),
+    }
+}
+
+/// The ids of the request whose parts sit at `spans` in `body`, and
+/// whether only its budget was tokenized.
+fn token_ids(
+    tokens: &RouteTokens,
+    endpoint: Endpoint,
+    body: &[u8],
+    spans: &TextSpans,
+) -> Result<(Vec<u32>, bool), NoTokens> {
+    let text = |range: &std::ops::Range<usize>| std::str::from_utf8(body.get(range.clone())?).ok();
+    let result = match endpoint {
+        Endpoint::ChatCompletions => {
+            let messages = spans
+                .messages
+                .as_ref()
+                .and_then(text)
+                .ok_or(NoTokens::Unreadable)?;
             let chat = ChatRequest {
                 messages,
                 tools: spans.tools.as_ref().and_then(text),
@@ -169,29 +225,105 @@ pub fn fill_token_ids(
             };
             tokens.model.chat_token_ids(&chat, tokens.budget_bytes)
         }
-        (Endpoint::Completions, Some(spans)) => {
-            let Some(prompt) = spans.prompt.as_ref().and_then(|range| {
-                serde_json::from_slice::<std::borrow::Cow<'_, str>>(&body[range.clone()]).ok()
-            }) else {
-                return TokenSource::None(NoTokens::Unreadable);
-            };
+        Endpoint::Completions => {
+            let prompt = spans
+                .prompt
+                .as_ref()
+                .and_then(|range| body.get(range.clone()))
+                .and_then(|raw| serde_json::from_slice::<std::borrow::Cow<'_, str>>(raw).ok())
+                .ok_or(NoTokens::Unreadable)?;
             tokens.model.prompt_token_ids(&prompt, tokens.budget_bytes)
         }
-        _ => return TokenSource::None(NoTokens::Unreadable),
+        _ => return Err(NoTokens::Unreadable),
     };
     match result {
-        Ok(ids) if !ids.ids.is_empty() => {
-            let over_budget = ids.truncated;
-            request.token_ids = Some(ids.ids);
-            TokenSource::Gateway { over_budget }
-        }
-        Ok(_) => TokenSource::None(NoTokens::Unreadable),
+        Ok(ids) if !ids.ids.is_empty() => Ok((ids.ids, ids.truncated)),
+        Ok(_) => Err(NoTokens::Unreadable),
         Err(error) => {
             log::debug!(
                 "routing without token ids ({}): {error}",
                 tokens.dir.display()
             );
-            TokenSource::None(NoTokens::of(&error))
+            Err(NoTokens::of(&error))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::parse_request;
+
+    fn demo() -> RouteTokens {
+        RouteTokens::load(&RouteTokenizer {
+            dir: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/demo-tokenizer")),
+            budget_bytes: 64 * 1024,
+        })
+        .unwrap()
+    }
+
+    fn chat(content: &str) -> bytes::Bytes {
+        let body =
+            serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]});
+        bytes::Bytes::from(body.to_string())
+    }
+
+    async fn source_of(
+        tokens: Option<&RouteTokens>,
+        body: &bytes::Bytes,
+    ) -> (TokenSource, Option<Vec<u32>>) {
+        let mut request = parse_request(Endpoint::ChatCompletions, body).unwrap();
+        let source = fill_token_ids(tokens, Endpoint::ChatCompletions, body, &mut request).await;
+        (source, request.token_ids)
+    }
+
+    #[tokio::test]
+    async fn long_bodies_get_the_same_ids_off_the_proxy_thread() {
+        let tokens = demo();
+        let word = "conversation ";
+        let short = chat(&word.repeat(10));
+        let long = chat(&word.repeat(2 * INLINE_BODY_BYTES / word.len()));
+        assert!(short.len() <= INLINE_BODY_BYTES && long.len() > INLINE_BODY_BYTES);
+        let (source, short_ids) = source_of(Some(&tokens), &short).await;
+        assert_eq!(source, TokenSource::Gateway { over_budget: false });
+        let (source, long_ids) = source_of(Some(&tokens), &long).await;
+        assert_eq!(source, TokenSource::Gateway { over_budget: false });
+        let (short_ids, long_ids) = (short_ids.unwrap(), long_ids.unwrap());
+        // Both start with the same template tokens and the same words.
+        assert!(long_ids.len() > 10 * short_ids.len() / 2);
+        assert_eq!(short_ids[..4], long_ids[..4]);
+    }
+
+    #[tokio::test]
+    async fn caller_ids_win_and_a_route_without_tokenizer_says_so() {
+        let tokens = demo();
+        let body = chat("hello");
+        let mut request = parse_request(Endpoint::ChatCompletions, &body).unwrap();
+        request.token_ids = Some(vec![1, 2, 3]);
+        let source = fill_token_ids(
+            Some(&tokens),
+            Endpoint::ChatCompletions,
+            &body,
+            &mut request,
+        )
+        .await;
+        assert_eq!(
+            (source, request.token_ids),
+            (TokenSource::Caller, Some(vec![1, 2, 3]))
+        );
+        assert_eq!(
+            source_of(None, &body).await,
+            (TokenSource::None(NoTokens::NoTokenizer), None)
+        );
+        let image = bytes::Bytes::from(
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]}"#,
+        );
+        assert_eq!(
+            source_of(Some(&tokens), &image).await.0,
+            TokenSource::None(NoTokens::UnsupportedContent)
+        );
+        for source in TokenSource::ALL {
+            assert_eq!(TokenSource::ALL[source.index()], source);
         }
     }
 }

@@ -10,7 +10,9 @@
 //! attempt is dispatched to a target and dropped when that attempt ends — the
 //! whole response including a streamed body was relayed, the client went away,
 //! the attempt failed, or a retry replaced it. Nothing has to remember to
-//! decrement.
+//! decrement. Until its first response byte, the attempt also counts as
+//! *waiting* ([`TargetStats::waiting`]): queued or in prefill on the engine,
+//! which is what a new request there would wait behind.
 //!
 //! What a latency sample is: time to the first body byte for a streamed
 //! response (vLLM and SGLang send a stream's headers before the request is
@@ -85,6 +87,9 @@ impl fmt::Display for TargetId {
 #[derive(Debug, Default)]
 pub struct TargetStats {
     in_flight: AtomicU64,
+    /// In flight and not past their first response byte (queued or in
+    /// prefill): what a new request waits behind.
+    waiting: AtomicU64,
     requests: AtomicU64,
     failures: AtomicU64,
     picks: AtomicU64,
@@ -130,10 +135,17 @@ impl TargetStats {
     /// Marks an attempt as dispatched; the guard releases it.
     pub fn begin(self: &Arc<Self>) -> InFlightGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         InFlightGuard {
             stats: Arc::clone(self),
+            waiting: true,
         }
+    }
+
+    /// In-flight attempts still waiting for their first response byte.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     pub fn record_failure(&self) {
@@ -226,10 +238,22 @@ impl TargetStats {
 #[derive(Debug)]
 pub struct InFlightGuard {
     stats: Arc<TargetStats>,
+    /// Counted in [`TargetStats::waiting`] still.
+    waiting: bool,
+}
+
+impl InFlightGuard {
+    /// The attempt's first response byte arrived: it no longer waits.
+    pub fn first_byte(&mut self) {
+        if std::mem::take(&mut self.waiting) {
+            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
+        self.first_byte();
         let before = self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "in-flight count underflow");
     }
@@ -249,6 +273,10 @@ impl TrackerView {
 impl TargetStatsView for TrackerView {
     fn latency_ms(&self, target: usize) -> Option<f64> {
         self.targets.get(target)?.latency_ms()
+    }
+
+    fn waiting(&self, target: usize) -> Option<u64> {
+        Some(self.targets.get(target)?.waiting())
     }
 
     fn latency_samples(&self, target: usize) -> u64 {
@@ -404,6 +432,22 @@ mod tests {
         drop(second);
         assert_eq!(stats.in_flight(), 0);
         assert_eq!(stats.load().requests, 2);
+    }
+
+    #[test]
+    fn an_attempt_waits_until_its_first_byte_once() {
+        let tracker = LoadTracker::new();
+        let stats = tracker.stats(&TargetId::new("gpu-a", "m"));
+        let mut answering = stats.begin();
+        let queued = stats.begin();
+        assert_eq!((stats.in_flight(), stats.waiting()), (2, 2));
+        answering.first_byte();
+        answering.first_byte();
+        assert_eq!((stats.in_flight(), stats.waiting()), (2, 1));
+        drop(answering);
+        assert_eq!((stats.in_flight(), stats.waiting()), (1, 1));
+        drop(queued);
+        assert_eq!((stats.in_flight(), stats.waiting()), (0, 0));
     }
 
     #[test]

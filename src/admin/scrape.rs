@@ -2,8 +2,8 @@
 //! at scrape time rather than moved by events: each tracked target's
 //! in-flight count, breaker and parking (`learned.tracker`), each
 //! provider's health, the KV-index and LMCache summaries, the addressed
-//! routes kept, and `adaptive`'s scores from the running snapshot's
-//! balancers. Called off the request path, once per scrape.
+//! routes kept, and `adaptive`'s scores and `cache_aware`'s decision split
+//! from the running snapshot's balancers. Called off the request path, once per scrape.
 
 use rolter_balancer::StrategyKind;
 
@@ -35,6 +35,21 @@ pub fn scrape(metrics: &Metrics, learned: &Learned, snapshot: &Snapshot) -> Stri
         );
     }
     metrics.set_addressed_routes(snapshot.addressed_routes());
+    for route in snapshot
+        .routes()
+        .iter()
+        .filter(|r| r.strategy == StrategyKind::CacheAware)
+    {
+        if let Some(d) = route.balancer.report().cache_decisions {
+            for (decision, count) in [
+                ("affinity", d.affinity),
+                ("spread", d.spread),
+                ("cold", d.cold),
+            ] {
+                metrics.set_cache_decisions(&route.model, decision, count);
+            }
+        }
+    }
     for route in snapshot
         .routes()
         .iter()

@@ -469,9 +469,29 @@ pub struct RouteTable {
     /// to 4096. Read only with `tokenizer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenizer_budget_kib: Option<u32>,
+    /// cache_aware's load guard: a warm target keeps a request unless its
+    /// waiting requests (queued or in prefill) exceed `min_load` and
+    /// `load_ratio` times the least loaded target's. Default: `{ min_load
+    /// = 2, load_ratio = 1.5 }`. Read only by `cache_aware`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_guard: Option<CacheGuardTable>,
     /// Where requests for `model` go. Required, non-empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<TargetEntry>>,
+}
+
+/// `cache_guard` of a route or provider group.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheGuardTable {
+    /// Waiting requests a warm target may hold before the guard can move a
+    /// request off it. Default: 2; 0 to 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_load: Option<u64>,
+    /// How many times the least loaded target's waiting requests a warm
+    /// target may hold. Default: 1.5; 1 to 100.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_ratio: Option<f64>,
 }
 
 /// One entry of `routes.targets` or `provider_groups.members`:
@@ -528,6 +548,12 @@ pub struct ProviderGroupTable {
     /// to 4096. Read only with `tokenizer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenizer_budget_kib: Option<u32>,
+    /// cache_aware's load guard: a warm target keeps a request unless its
+    /// waiting requests (queued or in prefill) exceed `min_load` and
+    /// `load_ratio` times the least loaded target's. Default: `{ min_load
+    /// = 2, load_ratio = 1.5 }`. Read only by `cache_aware`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_guard: Option<CacheGuardTable>,
     /// The group's providers. Required, non-empty, each provider at most
     /// once.
     #[serde(skip_serializing_if = "Option::is_none")]

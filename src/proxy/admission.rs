@@ -87,7 +87,7 @@ pub async fn admit(
         });
     }
     let route = snapshot.route(&address, crate::clock::now_ms());
-    let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request);
+    let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request).await;
     Metrics::record_token_source(&route.metrics, source);
     let session_key = session
         .req_header()

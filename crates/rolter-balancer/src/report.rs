@@ -8,6 +8,8 @@ pub struct BalancerReport {
     pub targets: Vec<TargetReport>,
     /// How picks were decided, for strategies that decide in several ways.
     pub decisions: Option<DecisionSplit>,
+    /// cache_aware's split: affinity kept, spread by the guard, cold.
+    pub cache_decisions: Option<crate::CacheAwareDecisions>,
 }
 
 /// Per-target detail; fields a strategy does not track stay `None`.

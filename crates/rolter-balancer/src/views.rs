@@ -20,6 +20,13 @@ pub trait TargetStatsView: Send + Sync {
     fn latency_ms(&self, _target: usize) -> Option<f64> {
         None
     }
+    /// Requests dispatched to `target` that have not received their first
+    /// response byte yet: those still queued or in prefill, which a new
+    /// request waits behind (streams that are only decoding do not delay
+    /// its prefill much). `None` when not measured.
+    fn waiting(&self, _target: usize) -> Option<u64> {
+        None
+    }
     /// How many successful requests fed [`TargetStatsView::latency_ms`].
     fn latency_samples(&self, _target: usize) -> u64 {
         0

@@ -107,6 +107,13 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "US", default_value_t = 50)]
     pub prefill_us_per_token: u64,
 
+    /// A Hugging Face model directory (`tokenizer.json`,
+    /// `tokenizer_config.json`, its chat template) to tokenize with, as a
+    /// real engine serving that model would; its KV events then carry the
+    /// model's token ids. Default: the simulated tokenizer.
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<std::path::PathBuf>,
+
     /// Tokens per KV-cache block (vLLM's `--block-size`): the unit of prefix
     /// caching and of KV events. A partial last block is not cached.
     #[arg(
@@ -196,6 +203,7 @@ impl Default for FakeLlmArgs {
             reset_after_chunks: None,
             retry_after: None,
             prefill_us_per_token: 50,
+            tokenizer: None,
             block_size: DEFAULT_BLOCK_SIZE,
             kv_blocks: 4096,
             kv_events: None,

@@ -173,7 +173,7 @@ async fn generate(
     mut guard: RequestGuard,
     received: &Received,
 ) -> Response {
-    let request = match parse_generation(kind, body, engine.default_tokens) {
+    let request = match parse_generation(kind, body, engine.default_tokens, &engine.tokenizer) {
         Ok(request) => request,
         Err(error) => {
             guard.complete();

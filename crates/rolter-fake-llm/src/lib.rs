@@ -48,6 +48,7 @@ mod handlers;
 mod kv;
 mod listener;
 mod model;
+mod model_tokenizer;
 mod request;
 mod stats;
 mod stream;
@@ -95,13 +96,19 @@ struct Engine {
     stats: Arc<Stats>,
     /// The simulated prefix cache and its event stream.
     kv: KvState,
+    /// Text to token ids: simulated, or a model directory's (`--tokenizer`).
+    tokenizer: model_tokenizer::Tokenizer,
     /// Makes response ids unique across engine restarts.
     id_seed: u64,
     next_id: AtomicU64,
 }
 
 impl Engine {
-    fn new(args: &FakeLlmArgs, publisher: Option<Publisher>) -> Self {
+    fn new(
+        args: &FakeLlmArgs,
+        publisher: Option<Publisher>,
+        tokenizer: model_tokenizer::Tokenizer,
+    ) -> Self {
         let name_header = HeaderValue::from_str(&args.name).ok();
         if name_header.is_none() {
             log::warn!(
@@ -122,6 +129,7 @@ impl Engine {
             startup,
             stats: Arc::new(Stats::default()),
             kv: KvState::new(args, publisher),
+            tokenizer,
             id_seed,
             next_id: AtomicU64::new(0),
         }
@@ -167,6 +175,7 @@ pub struct EngineAddresses {
 /// ports 0 included) but that does not serve yet.
 pub struct BoundEngine {
     args: FakeLlmArgs,
+    tokenizer: model_tokenizer::Tokenizer,
     listener: TcpListener,
     kv_sockets: Option<BoundSockets>,
     addresses: EngineAddresses,
@@ -188,6 +197,14 @@ impl BoundEngine {
     /// if configured.
     pub async fn with_listener(args: FakeLlmArgs, listener: TcpListener) -> std::io::Result<Self> {
         let http = listener.local_addr()?;
+        let tokenizer = match &args.tokenizer {
+            Some(dir) => model_tokenizer::Tokenizer::Model(std::sync::Arc::new(
+                rolter_tokenize::ModelTokenizer::load(dir).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+                })?,
+            )),
+            None => model_tokenizer::Tokenizer::Simulated,
+        };
         let kv_sockets = match &args.kv_events {
             Some(events) => Some(BoundSockets::bind(events, args.kv_replay.as_deref()).await?),
             None => None,
@@ -201,6 +218,7 @@ impl BoundEngine {
         };
         Ok(BoundEngine {
             args,
+            tokenizer,
             listener,
             kv_sockets,
             addresses,
@@ -235,7 +253,7 @@ impl BoundEngine {
                 }
                 None => (None, None),
             };
-        let engine = Arc::new(Engine::new(&self.args, publisher));
+        let engine = Arc::new(Engine::new(&self.args, publisher, self.tokenizer));
         // Held for as long as this future lives; dropping it closes every
         // connection (see `listener`).
         let (_serving, closed) = watch::channel(());

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::args::MAX_OUTPUT_TOKENS;
 use super::error::ApiError;
+use super::model_tokenizer::Tokenizer;
 use super::tokenizer::{chat_template_text, chat_token_ids, prompt_token_ids, tokenize};
 
 /// Which text-generation API a request came in on.
@@ -86,6 +87,11 @@ fn model(map: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
+/// A boolean field, `None` when absent or not a boolean.
+fn flag_or_none(map: &Map<String, Value>, field: &str) -> Option<bool> {
+    present(map, field).and_then(Value::as_bool)
+}
+
 /// A field that is absent or `null` reads as `None`.
 fn present<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
     map.get(field).filter(|value| !value.is_null())
@@ -108,6 +114,7 @@ pub(crate) fn parse_generation(
     kind: GenerationKind,
     body: &[u8],
     default_tokens: u32,
+    tokenizer: &Tokenizer,
 ) -> Result<GenerationRequest, ApiError> {
     let map = parse_object(body)?;
     let model = model(&map)?;
@@ -134,10 +141,17 @@ pub(crate) fn parse_generation(
         Some(value) => (output_limit(limit_field, value)?, "length"),
     };
     let prompts = match kind {
-        GenerationKind::Chat => vec![chat_token_ids(&Value::Object(map))],
+        GenerationKind::Chat => {
+            match tokenizer.chat_ids(body, flag_or_none(&map, "add_generation_prompt")) {
+                Some(ids) => vec![ids?],
+                None => vec![chat_token_ids(&Value::Object(map))],
+            }
+        }
         GenerationKind::Completion => match present(&map, "prompt") {
             None => vec![Vec::new()],
-            Some(prompt) => prompt_token_ids(prompt)
+            Some(prompt) => tokenizer
+                .prompts(prompt)
+                .unwrap_or_else(|| prompt_token_ids(prompt))
                 .map_err(|message| ApiError::bad_request(Some("prompt"), message))?,
         },
     };
@@ -289,7 +303,7 @@ mod tests {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"12345678"},
             {"role":"user","content":[{"type":"text","text":"abcd"},{"type":"image_url","image_url":{"url":"x"}}]}],
             "max_tokens":3,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#;
-        let request = parse_generation(GenerationKind::Chat, body, 16);
+        let request = parse_generation(GenerationKind::Chat, body, 16, &Tokenizer::Simulated);
         let request = request.ok();
         let expected_prompt = chat_token_ids(&serde_json::from_slice(body).unwrap_or(Value::Null));
         assert_eq!(
@@ -312,6 +326,7 @@ mod tests {
             GenerationKind::Completion,
             br#"{"model":"m","prompt":[1,2,3]}"#,
             7,
+            &Tokenizer::Simulated,
         )
         .ok();
         assert_eq!(
@@ -333,7 +348,7 @@ mod tests {
             br#"{"model":"m","max_tokens":-3}"#,
             br#"{"model":"m","max_tokens":99999999999}"#,
         ] {
-            let err = parse_generation(GenerationKind::Chat, body, 16).err();
+            let err = parse_generation(GenerationKind::Chat, body, 16, &Tokenizer::Simulated).err();
             assert_eq!(
                 err.map(|e| e.status),
                 Some(StatusCode::BAD_REQUEST),
@@ -345,6 +360,7 @@ mod tests {
             GenerationKind::Completion,
             br#"{"model":"m","prompt":[-1]}"#,
             16,
+            &Tokenizer::Simulated,
         );
         assert_eq!(
             err.err().map(|e| (e.status, e.param)),

@@ -154,6 +154,7 @@ pub fn document(config: &Config) -> ConfigFile {
                 strategy: Some(r.strategy.as_str().to_owned()),
                 tokenizer: r.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
                 tokenizer_budget_kib: r.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
+                cache_guard: guard_table(r.cache_guard),
                 targets: Some(
                     r.targets
                         .iter()
@@ -175,6 +176,7 @@ pub fn document(config: &Config) -> ConfigFile {
                 strategy: Some(g.strategy.as_str().to_owned()),
                 tokenizer: g.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
                 tokenizer_budget_kib: g.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
+                cache_guard: guard_table(g.cache_guard),
                 members: Some(
                     g.members
                         .iter()
@@ -198,6 +200,14 @@ pub fn document(config: &Config) -> ConfigFile {
             .collect(),
         ..ConfigFile::default()
     }
+}
+
+/// A validated guard as the file would write it; `None` for the default.
+fn guard_table(guard: crate::config::CacheGuard) -> Option<crate::config::file::CacheGuardTable> {
+    (guard != crate::config::CacheGuard::default()).then(|| crate::config::file::CacheGuardTable {
+        min_load: Some(guard.min_load),
+        load_ratio: Some(f64::from(guard.load_ratio_milli) / 1000.0),
+    })
 }
 
 #[cfg(test)]

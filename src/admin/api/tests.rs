@@ -35,6 +35,7 @@ fn file_rows() -> ConfigFile {
             strategy: None,
             tokenizer: None,
             tokenizer_budget_kib: None,
+            cache_guard: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("file-gpu".to_owned()),
                 model: None,
@@ -491,6 +492,7 @@ async fn a_change_that_would_not_validate_answers_the_validators_messages() {
             model: Some("chat".to_owned()),
             tokenizer: None,
             tokenizer_budget_kib: None,
+            cache_guard: None,
             strategy: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("gpu-z".to_owned()),

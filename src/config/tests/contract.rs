@@ -142,6 +142,7 @@ fn contract_example_without_unimplemented_parts_validates() {
         [ProviderGroup {
             name: "Edge fleet".into(),
             tokenizer: None,
+            cache_guard: Default::default(),
             slug: "edge-fleet".into(),
             strategy: StrategyKind::Weighted,
             members: vec![

@@ -65,6 +65,7 @@ impl Validator<'_> {
 
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
             let tokenizer = self.tokenizer(&here, table.tokenizer, table.tokenizer_budget_kib);
+            let cache_guard = self.cache_guard(&here, table.cache_guard, strategy);
 
             let mut members: Vec<GroupMember> = Vec::new();
             // Indices into the written list, for the duplicate message.
@@ -97,6 +98,7 @@ impl Validator<'_> {
                         strategy,
                         members,
                         tokenizer,
+                        cache_guard,
                     })
                 }
                 _ => None,

@@ -67,6 +67,8 @@ impl Validator<'_> {
                 table.tokenizer,
                 table.tokenizer_budget_kib,
             );
+            let cache_guard =
+                self.cache_guard(&format!("routes[{i}]"), table.cache_guard, strategy);
 
             let mut targets: Vec<RouteTarget> = Vec::new();
             let written = self.non_empty(&at("targets"), table.targets, "target");
@@ -100,6 +102,7 @@ impl Validator<'_> {
                         strategy,
                         targets,
                         tokenizer,
+                        cache_guard,
                     });
                 }
             }

@@ -1,4 +1,6 @@
-//! `tokenizer` and `tokenizer_budget_kib` on routes and provider groups.
+//! `tokenizer` and `tokenizer_budget_kib` on routes and provider groups,
+//! and `cache_guard`, the setting of the strategy that routes by prefix
+//! text.
 //!
 //! The directory is loaded here, through the process's tokenizer registry
 //! (`crate::tokenization`), so a missing file, a tokenizer that does not
@@ -9,7 +11,10 @@
 
 use std::path::PathBuf;
 
-use super::super::RouteTokenizer;
+use rolter_balancer::StrategyKind;
+
+use super::super::file::CacheGuardTable;
+use super::super::{CacheGuard, RouteTokenizer};
 use super::Validator;
 use crate::tokenization::{registry, DEFAULT_BUDGET_KIB, MAX_BUDGET_KIB};
 
@@ -53,5 +58,47 @@ impl Validator<'_> {
             dir,
             budget_bytes: budget as usize * 1024,
         })
+    }
+}
+
+impl Validator<'_> {
+    /// The `cache_guard` of the route or group at `here`.
+    pub(super) fn cache_guard(
+        &mut self,
+        here: &str,
+        table: Option<CacheGuardTable>,
+        strategy: Option<StrategyKind>,
+    ) -> CacheGuard {
+        let mut guard = CacheGuard::default();
+        let Some(table) = table else {
+            return guard;
+        };
+        if strategy.is_some_and(|s| s != StrategyKind::CacheAware) {
+            self.warn(
+                format!("{here}.cache_guard"),
+                "only `cache_aware` reads it; it has no effect under this strategy",
+            );
+        }
+        if let Some(min_load) = table.min_load {
+            if min_load > 10_000 {
+                self.error(
+                    format!("{here}.cache_guard.min_load"),
+                    format!("must be 0 to 10000, got {min_load}"),
+                );
+            } else {
+                guard.min_load = min_load;
+            }
+        }
+        if let Some(ratio) = table.load_ratio {
+            if ratio.is_finite() && (1.0..=100.0).contains(&ratio) {
+                guard.load_ratio_milli = (ratio * 1000.0).round() as u32;
+            } else {
+                self.error(
+                    format!("{here}.cache_guard.load_ratio"),
+                    format!("must be 1 to 100, got {ratio}"),
+                );
+            }
+        }
+        guard
     }
 }

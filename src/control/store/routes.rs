@@ -12,7 +12,9 @@ use sqlx::PgConnection;
 use super::resource::{from_bigint, required, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::derive_slug;
-use crate::config::file::{ConfigFile, ProviderGroupTable, RouteTable, TargetEntry};
+use crate::config::file::{
+    CacheGuardTable, ConfigFile, ProviderGroupTable, RouteTable, TargetEntry,
+};
 
 /// `[[routes]]`, keyed by public model name.
 pub struct Routes;
@@ -179,6 +181,35 @@ impl Tables {
     }
 }
 
+/// `cache_guard` from its two columns; `None` when both are null.
+fn guard_of(
+    row: &PgRow,
+    kind: ResourceKind,
+    key: &str,
+    table: &str,
+) -> Result<Option<CacheGuardTable>, StoreError> {
+    let min_load: Option<u64> = from_bigint(
+        kind,
+        key,
+        "cache_guard_min_load",
+        column(row, "cache_guard_min_load", table)?,
+    )?;
+    let load_ratio: Option<f64> = column(row, "cache_guard_load_ratio", table)?;
+    Ok(
+        (min_load.is_some() || load_ratio.is_some()).then_some(CacheGuardTable {
+            min_load,
+            load_ratio,
+        }),
+    )
+}
+
+fn guard_min_load(guard: &Option<CacheGuardTable>) -> Option<i64> {
+    guard
+        .as_ref()
+        .and_then(|g| g.min_load)
+        .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
 /// A parent's entries as child rows: `(provider, model, weight)`.
 fn child_rows(
     entries: &Option<Vec<TargetEntry>>,
@@ -207,7 +238,13 @@ impl Resource for Routes {
     type Row = RouteTable;
     const KIND: ResourceKind = ResourceKind::Route;
     const TABLE: &'static str = "routes";
-    const COLUMNS: &'static [&'static str] = &["strategy", "tokenizer", "tokenizer_budget_kib"];
+    const COLUMNS: &'static [&'static str] = &[
+        "strategy",
+        "tokenizer",
+        "tokenizer_budget_kib",
+        "cache_guard_min_load",
+        "cache_guard_load_ratio",
+    ];
 
     fn key_field(row: &RouteTable) -> &Option<String> {
         &row.model
@@ -236,6 +273,7 @@ impl Resource for Routes {
                 "tokenizer_budget_kib",
                 column(row, "tokenizer_budget_kib", "routes")?,
             )?,
+            cache_guard: guard_of(row, ResourceKind::Route, &model, "routes")?,
             model: Some(model),
             targets: None,
         })
@@ -249,7 +287,9 @@ impl Resource for Routes {
         Ok(query
             .bind(&row.strategy)
             .bind(&row.tokenizer)
-            .bind(row.tokenizer_budget_kib.map(i64::from)))
+            .bind(row.tokenizer_budget_kib.map(i64::from))
+            .bind(guard_min_load(&row.cache_guard))
+            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio)))
     }
 
     async fn read_children(
@@ -281,8 +321,14 @@ impl Resource for ProviderGroups {
     type Row = ProviderGroupTable;
     const KIND: ResourceKind = ResourceKind::ProviderGroup;
     const TABLE: &'static str = "provider_groups";
-    const COLUMNS: &'static [&'static str] =
-        &["name", "strategy", "tokenizer", "tokenizer_budget_kib"];
+    const COLUMNS: &'static [&'static str] = &[
+        "name",
+        "strategy",
+        "tokenizer",
+        "tokenizer_budget_kib",
+        "cache_guard_min_load",
+        "cache_guard_load_ratio",
+    ];
 
     fn key_field(row: &ProviderGroupTable) -> &Option<String> {
         &row.slug
@@ -318,6 +364,7 @@ impl Resource for ProviderGroups {
                 "tokenizer_budget_kib",
                 column(row, "tokenizer_budget_kib", "provider_groups")?,
             )?,
+            cache_guard: guard_of(row, ResourceKind::ProviderGroup, &slug, "provider_groups")?,
             slug: Some(slug),
             members: None,
         })
@@ -333,7 +380,9 @@ impl Resource for ProviderGroups {
             .bind(name)
             .bind(&row.strategy)
             .bind(&row.tokenizer)
-            .bind(row.tokenizer_budget_kib.map(i64::from)))
+            .bind(row.tokenizer_budget_kib.map(i64::from))
+            .bind(guard_min_load(&row.cache_guard))
+            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio)))
     }
 
     async fn read_children(

@@ -9,8 +9,8 @@ use chrono::Utc;
 use super::test_db::TestDb;
 use super::*;
 use crate::config::file::{
-    AdminTokenTable, ApiKeyTable, CatalogTable, GroupMemberEntry, KvEventsTable, LmcacheTable,
-    ProviderGroupTable, ProviderTable, RouteTable, SaltedDigestTable, TargetEntry,
+    AdminTokenTable, ApiKeyTable, CacheGuardTable, CatalogTable, GroupMemberEntry, KvEventsTable,
+    LmcacheTable, ProviderGroupTable, ProviderTable, RouteTable, SaltedDigestTable, TargetEntry,
 };
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,7 +64,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-            vec![1],
+            vec![1, 2],
             "{applied:?}"
         );
         assert!(store.migrate().await.unwrap().is_empty());
@@ -181,6 +181,10 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             strategy: Some("weighted".to_owned()),
             tokenizer: Some("/models/Qwen3-8B".to_owned()),
             tokenizer_budget_kib: Some(32),
+            cache_guard: Some(CacheGuardTable {
+                min_load: Some(4),
+                load_ratio: Some(2.5),
+            }),
             targets: Some(vec![
                 target("gpu-b", Some("Qwen/Qwen3-8B"), Some(2)),
                 target("gpu-a", None, None),
@@ -195,6 +199,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             strategy: None,
             tokenizer: None,
             tokenizer_budget_kib: None,
+            cache_guard: None,
             targets: Some(vec![target("gpu-c", None, Some(7))]),
         };
         let (_, stored) = store
@@ -215,6 +220,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             strategy: Some("round_robin".to_owned()),
             tokenizer: Some("models/edge".to_owned()),
             tokenizer_budget_kib: None,
+            cache_guard: None,
             members: Some(vec![
                 GroupMemberEntry {
                     provider: Some("gpu-a".to_owned()),

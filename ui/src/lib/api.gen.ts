@@ -639,6 +639,29 @@ export interface components {
              */
             open_secs?: number | null;
         };
+        CacheDecisionsView: {
+            /** Format: int64 */
+            affinity: number;
+            /** Format: int64 */
+            cold: number;
+            /** Format: int64 */
+            spread: number;
+        };
+        /** @description `cache_guard` of a route or provider group. */
+        CacheGuardTable: {
+            /**
+             * Format: double
+             * @description How many times the least loaded target's waiting requests a warm
+             *     target may hold. Default: 1.5; 1 to 100.
+             */
+            load_ratio?: number | null;
+            /**
+             * Format: int64
+             * @description Waiting requests a warm target may hold before the guard can move a
+             *     request off it. Default: 2; 0 to 10000.
+             */
+            min_load?: number | null;
+        };
         /** @description One `[[catalog]]` entry: the price of an upstream model. */
         CatalogTable: {
             /**
@@ -1096,6 +1119,7 @@ export interface components {
         /** @description A collection's rows: `{"data": [...], "file_managed": [...]}`. */
         Listing_ProviderGroupTable: {
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -1184,6 +1208,7 @@ export interface components {
         /** @description A collection's rows: `{"data": [...], "file_managed": [...]}`. */
         Listing_RouteTable: {
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -1357,6 +1382,7 @@ export interface components {
          *     `<group-slug>/<model>`, balanced over its members.
          */
         ProviderGroupTable: {
+            cache_guard?: null | components["schemas"]["CacheGuardTable"];
             /**
              * @description The group's providers. Required, non-empty, each provider at most
              *     once.
@@ -1503,6 +1529,7 @@ export interface components {
         };
         /** @description A balancer's report as JSON: components and signals as objects. */
         ReportView: {
+            cache_decisions?: null | components["schemas"]["CacheDecisionsView"];
             decisions?: null | components["schemas"]["DecisionsView"];
             targets: components["schemas"]["TargetReportView"][];
         };
@@ -1546,6 +1573,7 @@ export interface components {
         };
         /** @description One `[[routes]]` entry: a public model name and its targets. */
         RouteTable: {
+            cache_guard?: null | components["schemas"]["CacheGuardTable"];
             /**
              * @description Public model name clients send. Required, non-empty, unique, and not
              *     a provider slug nor `<provider-slug>/...`.
@@ -1665,6 +1693,7 @@ export interface components {
              *     `<group-slug>/<model>`, balanced over its members.
              */
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -1751,6 +1780,7 @@ export interface components {
         RowAnswer_RouteTable: {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -2242,6 +2272,7 @@ export interface components {
              *     `<group-slug>/<model>`, balanced over its members.
              */
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -2350,6 +2381,7 @@ export interface components {
         Written_RouteTable: {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
+                cache_guard?: null | components["schemas"]["CacheGuardTable"];
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -5188,6 +5220,10 @@ export const FIELD_HELP = {
     "enabled": "Whether breakers open at all. Default: true.",
     "failure_threshold": "Consecutive failed requests that open a target's breaker. Default: 5; 1 to 1000.",
     "open_secs": "How long an open breaker refuses requests before it admits one probe request (half-open), in seconds. Default: 30; 1 to 3600."
+  },
+  "CacheGuardTable": {
+    "min_load": "Waiting requests a warm target may hold before the guard can move a request off it. Default: 2; 0 to 10000.",
+    "load_ratio": "How many times the least loaded target's waiting requests a warm target may hold. Default: 1.5; 1 to 100."
   },
   "CatalogTable": {
     "model": "Upstream model name, as sent to providers. Required, non-empty, unique.",

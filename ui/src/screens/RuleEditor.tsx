@@ -16,6 +16,8 @@ import { FIELD_HELP } from "../lib/api.gen";
 
 /// The Rust field docs of `tokenizer` and `tokenizer_budget_kib`.
 const TOKENIZER_HELP = FIELD_HELP.RouteTable;
+/// The Rust field docs of `cache_guard`.
+const GUARD_HELP = FIELD_HELP.CacheGuardTable;
 
 type Kind = "route" | "group";
 
@@ -105,6 +107,8 @@ function EditorForm(props: {
   const [slug, setSlug] = useState(fieldText(group?.slug));
   const [tokenizer, setTokenizer] = useState(fieldText(original?.tokenizer));
   const [budget, setBudget] = useState(fieldText(original?.tokenizer_budget_kib));
+  const [guardMin, setGuardMin] = useState(fieldText(original?.cache_guard?.min_load));
+  const [guardRatio, setGuardRatio] = useState(fieldText(original?.cache_guard?.load_ratio));
   const held = original?.strategy;
   const [strategy, setStrategy] = useState(pickerValue(held));
   const [touched, setTouched] = useState(false);
@@ -141,7 +145,17 @@ function EditorForm(props: {
       (original ?? {}) as Record<string, unknown>,
       [...keyEdits, ...tokenizerEdits],
     );
-    const problems = [...Object.entries(errors).map(([f, m]) => `${f}: ${m}`), ...entryErrors];
+    const guard = applyEdits<Record<string, unknown>>((original?.cache_guard ?? {}) as Record<string, unknown>, [
+      { key: "min_load", kind: "int", text: guardMin },
+      { key: "load_ratio", kind: "float", text: guardRatio },
+    ]);
+    if (Object.keys(guard.row).length > 0) row.cache_guard = guard.row;
+    else delete row.cache_guard;
+    const problems = [
+      ...Object.entries(errors).map(([f, m]) => `${f}: ${m}`),
+      ...Object.entries(guard.errors).map(([f, m]) => `cache_guard.${f}: ${m}`),
+      ...entryErrors,
+    ];
     if (entries.length === 0) problems.push(`a ${noun} needs at least one ${kind === "route" ? "target" : "member"}`);
     if (problems.length) return setError(problems.join("; "));
     const chosen = strategyToSave(held, strategy, touched);
@@ -278,6 +292,32 @@ function EditorForm(props: {
               />
               <div className="help">{TOKENIZER_HELP.tokenizer_budget_kib}</div>
             </div>
+            {effective === "cache_aware" && (
+              <>
+                <label htmlFor="rule-guard-min">Guard: waiting requests</label>
+                <div>
+                  <input
+                    id="rule-guard-min"
+                    value={guardMin}
+                    inputMode="numeric"
+                    onChange={(e) => setGuardMin(e.target.value)}
+                    placeholder="2"
+                  />
+                  <div className="help">{GUARD_HELP.min_load}</div>
+                </div>
+                <label htmlFor="rule-guard-ratio">Guard: times the least loaded</label>
+                <div>
+                  <input
+                    id="rule-guard-ratio"
+                    value={guardRatio}
+                    inputMode="decimal"
+                    onChange={(e) => setGuardRatio(e.target.value)}
+                    placeholder="1.5"
+                  />
+                  <div className="help">{GUARD_HELP.load_ratio}</div>
+                </div>
+              </>
+            )}
           </div>
           <h3 style={{ marginTop: 20 }}>{kind === "route" ? "Targets" : "Members"}</h3>
           {!usesWeights(effective) && (

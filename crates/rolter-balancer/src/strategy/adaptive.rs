@@ -400,6 +400,7 @@ impl LoadBalancer for Adaptive {
                 exploration: self.exploration_picks.load(Ordering::Relaxed),
                 engaged: self.engaged(),
             }),
+            cache_decisions: None,
         }
     }
 }

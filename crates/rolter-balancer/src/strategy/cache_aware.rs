@@ -19,15 +19,26 @@
 //!    (several equally long: the least loaded of them, then at random);
 //! 2. if that match is warm — at least [`CacheAware::WARM_MATCH_FRACTION`]
 //!    of the prompt, or at least [`CacheAware::WARM_MATCH_BYTES`] of it —
-//!    the request stays there, unless that target runs more than
-//!    [`CacheAware::GUARD_MIN_LOAD`] requests *and* more than
-//!    [`CacheAware::GUARD_LOAD_RATIO`]× the least loaded eligible target's;
-//!    then it spreads to the least loaded eligible target (#1851: a shared
-//!    system prompt made one replica warm for everything and took all the
-//!    traffic);
+//!    the request stays there, unless that target's load is more than
+//!    [`CacheGuard::min_load`] (default 2) *and* more than
+//!    [`CacheGuard::load_ratio`] (default 1.5)× the least loaded eligible
+//!    target's; then it spreads to the least loaded eligible target (#1851:
+//!    a shared system prompt made one replica warm for everything and took
+//!    all the traffic);
 //! 3. a cold prompt goes to the least loaded eligible target, ties at
 //!    random — not to the smallest tree, which turns whichever replica has
 //!    learned least into a hot spot.
+//!
+//! Which load. A new request waits behind the requests an engine has not
+//! yet started answering (queued, or in prefill), not behind streams that
+//! are only decoding: those share the batch with it and hardly delay its
+//! prefill. Counting them made the guard move a conversation off the
+//! engine holding its history whenever that engine was streaming a few
+//! answers, and every move re-prefills the whole history elsewhere. So the
+//! load compared here is the target's *waiting* requests (in flight and
+//! not past their first response byte, [`TargetStatsView::waiting`]),
+//! ties broken by requests in flight; a view that does not measure it
+//! falls back to in flight.
 //!
 //! Spreading is what lets a popular prefix become warm on several replicas:
 //! the target a request spreads to learns the prefix too, and from then on
@@ -39,6 +50,7 @@
 //! Nothing allocates per pick for routes of up to 64 targets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use smallvec::{smallvec, SmallVec};
 
@@ -46,7 +58,7 @@ use crate::pick_counters::PickCounters;
 use crate::prefix_tree::{PrefixTrees, PromptBlocks};
 use crate::report::{BalancerReport, TargetReport};
 use crate::rng::SplitMix64;
-use crate::{Candidates, LoadBalancer, RouteContext};
+use crate::{Candidates, LoadBalancer, NoViews, RouteContext, TargetStatsView};
 
 /// Routes up to this many targets are compared without allocating.
 const INLINE_TARGETS: usize = 64;
@@ -56,12 +68,41 @@ const INELIGIBLE: u32 = u32::MAX;
 
 /// Approximate prefix affinity with a load guard; see the module
 /// documentation.
-#[derive(Debug)]
 pub struct CacheAware {
     trees: PrefixTrees,
     rng: SplitMix64,
     picks: PickCounters,
     decisions: DecisionCounters,
+    guard: CacheGuard,
+    stats: Arc<dyn TargetStatsView>,
+}
+
+impl std::fmt::Debug for CacheAware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheAware")
+            .field("trees", &self.trees)
+            .field("guard", &self.guard)
+            .field("decisions", &self.decisions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// When a warm target gives a request up: its load is above `min_load`
+/// *and* above `load_ratio` times the least loaded eligible target's
+/// (docs/design/defaults.md: "more than 2 requests and 1.5×").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CacheGuard {
+    pub min_load: u64,
+    pub load_ratio: f64,
+}
+
+impl Default for CacheGuard {
+    fn default() -> Self {
+        CacheGuard {
+            min_load: 2,
+            load_ratio: 1.5,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -98,15 +139,6 @@ impl CacheAware {
     /// saves as much prefill as it would on a short one.
     pub const WARM_MATCH_BYTES: usize = 4 * 1024;
 
-    /// The guard lets a warm target keep a request while it runs at most
-    /// this many (docs/design/defaults.md: "more than 2 requests").
-    pub const GUARD_MIN_LOAD: u64 = 2;
-
-    /// ... or at most this many times the least loaded eligible target's
-    /// load (docs/design/defaults.md: "1.5×"), as numerator / denominator so the
-    /// comparison is exact on integer loads.
-    pub const GUARD_LOAD_RATIO: (u64, u64) = (3, 2);
-
     /// Prefix affinity over `targets` targets with the default bound of
     /// [`Self::DEFAULT_MAX_BYTES_PER_TARGET`], breaking ties from a generator
     /// seeded with `seed`.
@@ -122,7 +154,17 @@ impl CacheAware {
             rng: SplitMix64::from_seed(seed),
             picks: PickCounters::new(targets),
             decisions: DecisionCounters::default(),
+            guard: CacheGuard::default(),
+            stats: Arc::new(NoViews),
         }
+    }
+
+    /// The same balancer with `guard`, reading each target's waiting
+    /// requests from `stats`.
+    pub fn with_guard(mut self, guard: CacheGuard, stats: Arc<dyn TargetStatsView>) -> Self {
+        self.guard = guard;
+        self.stats = stats;
+        self
     }
 
     /// How picks were decided so far.
@@ -143,10 +185,17 @@ impl CacheAware {
 
     /// Whether a warm target at `load` must give the request up when the
     /// least loaded eligible target is at `least`.
-    fn guard_trips(load: u64, least: u64) -> bool {
-        let (num, den) = Self::GUARD_LOAD_RATIO;
-        load > Self::GUARD_MIN_LOAD
-            && u128::from(load) * u128::from(den) > u128::from(least) * u128::from(num)
+    fn guard_trips(&self, load: u64, least: u64) -> bool {
+        load > self.guard.min_load && load as f64 > least as f64 * self.guard.load_ratio
+    }
+
+    /// The load the guard compares: waiting requests, then in flight.
+    fn load_of(&self, targets: &Candidates<'_>, i: usize) -> (u64, u64) {
+        let in_flight = targets.loads[i];
+        (
+            self.stats.waiting(i).unwrap_or(in_flight).min(in_flight),
+            in_flight,
+        )
     }
 
     /// A uniform draw among the targets in `0..n` for which `candidate`
@@ -174,7 +223,8 @@ impl LoadBalancer for CacheAware {
         // One pass over the eligible targets: their matches, the longest
         // match, and the least load. Ineligible targets stay out of both.
         let mut matched: SmallVec<[u32; INLINE_TARGETS]> = smallvec![INELIGIBLE; n];
-        let mut least: Option<u64> = None;
+        let mut loads: SmallVec<[(u64, u64); INLINE_TARGETS]> = smallvec![(0, 0); n];
+        let mut least: Option<(u64, u64)> = None;
         let mut best = 0u32;
         for (i, m) in matched.iter_mut().enumerate() {
             if !targets.eligible(i) {
@@ -183,25 +233,26 @@ impl LoadBalancer for CacheAware {
             // At most MAX_BLOCKS (512), so it fits.
             *m = self.trees.matched_blocks(i, &prompt) as u32;
             best = best.max(*m);
-            least = Some(least.map_or(targets.loads[i], |l| l.min(targets.loads[i])));
+            loads[i] = self.load_of(&targets, i);
+            least = Some(least.map_or(loads[i], |l| l.min(loads[i])));
         }
         let least = least?;
         let usable = |i: usize| matched[i] != INELIGIBLE;
-        let least_loaded = |i: usize| usable(i) && targets.loads[i] == least;
+        let least_loaded = |i: usize| usable(i) && loads[i] == least;
 
         let chosen = if Self::is_warm(&prompt, best as usize) {
             let longest = |i: usize| matched[i] == best;
             let warm_load = (0..n)
                 .filter(|&i| longest(i))
-                .map(|i| targets.loads[i])
+                .map(|i| loads[i])
                 .min()
                 .unwrap_or(least);
-            if Self::guard_trips(warm_load, least) {
+            if self.guard_trips(warm_load.0, least.0) {
                 self.decisions.spread.fetch_add(1, Ordering::Relaxed);
                 self.uniform_among(n, least_loaded)
             } else {
                 self.decisions.affinity.fetch_add(1, Ordering::Relaxed);
-                self.uniform_among(n, |i| longest(i) && targets.loads[i] == warm_load)
+                self.uniform_among(n, |i| longest(i) && loads[i] == warm_load)
             }
         } else {
             self.decisions.cold.fetch_add(1, Ordering::Relaxed);
@@ -232,6 +283,7 @@ impl LoadBalancer for CacheAware {
         BalancerReport {
             targets,
             decisions: None,
+            cache_decisions: Some(self.decisions()),
         }
     }
 }

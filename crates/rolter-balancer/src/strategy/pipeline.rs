@@ -390,7 +390,7 @@ impl LoadBalancer for Pipeline {
             .collect();
         BalancerReport {
             targets,
-            decisions: None,
+            ..BalancerReport::default()
         }
     }
 }

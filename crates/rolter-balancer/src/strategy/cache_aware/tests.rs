@@ -174,7 +174,7 @@ fn shared_system_prompt_under_concurrency_does_not_pile_onto_one_replica_1851() 
             // The guard held at the moment of the pick.
             let least = *loads.iter().min().unwrap();
             assert!(
-                !CacheAware::guard_trips(loads[target], least),
+                !lb.guard_trips(loads[target], least),
                 "seed {seed}: request {i} went to {target} at {loads:?}"
             );
             loads[target] += 1;
@@ -235,4 +235,66 @@ fn prefix_memory_stays_bounded_under_a_stream_of_distinct_prompts() {
     assert_eq!(report.targets[0].learned_size, Some(bound as u64));
     // 200 prompts of 62 blocks through a 1024-block tree.
     assert_eq!(report.targets[0].evictions, Some(200 * 62 - 1_024));
+}
+
+/// Target `i` has `waiting[i]` requests not past their first token.
+struct Waiting(Vec<u64>);
+
+impl TargetStatsView for Waiting {
+    fn waiting(&self, target: usize) -> Option<u64> {
+        self.0.get(target).copied()
+    }
+}
+
+#[test]
+fn streams_that_only_decode_do_not_push_a_conversation_off_its_warm_target() {
+    let conversation = with_question(&system_prompt(6_000), 1);
+    let warm = |waiting: Vec<u64>| {
+        let lb = CacheAware::from_seed(3, 7)
+            .with_guard(CacheGuard::default(), Arc::new(Waiting(waiting)));
+        lb.observe(0, &ctx(&conversation));
+        lb
+    };
+    // Target 0 streams 4 answers (decoding) against 0 elsewhere: counted by
+    // in-flight, the guard would trip (4 > 2 and 4 > 1.5 x 0).
+    let decoding = warm(vec![0, 0, 0]);
+    assert_eq!(decoding.pick(&ctx(&conversation), &[4, 0, 1]), Some(0));
+    assert_eq!(
+        decoding.report().cache_decisions.map(|d| d.affinity),
+        Some(1)
+    );
+    // The same four still waiting for their first token: it spreads.
+    let queued = warm(vec![4, 0, 1]);
+    assert_eq!(queued.pick(&ctx(&conversation), &[4, 0, 1]), Some(1));
+    assert_eq!(queued.report().cache_decisions.map(|d| d.spread), Some(1));
+    // Without a waiting count the view falls back to in flight.
+    let unmeasured = CacheAware::from_seed(3, 7);
+    unmeasured.observe(0, &ctx(&conversation));
+    assert_eq!(unmeasured.pick(&ctx(&conversation), &[4, 0, 1]), Some(1));
+}
+
+#[test]
+fn the_guard_thresholds_are_the_routes() {
+    let conversation = with_question(&system_prompt(6_000), 2);
+    let lb = |guard: CacheGuard| {
+        let lb = CacheAware::from_seed(2, 3).with_guard(guard, Arc::new(NoViews));
+        lb.observe(0, &ctx(&conversation));
+        lb
+    };
+    // 3 against 1: the default guard (more than 2 and 1.5x) trips.
+    assert_eq!(
+        lb(CacheGuard::default()).pick(&ctx(&conversation), &[3, 1]),
+        Some(1)
+    );
+    let patient = CacheGuard {
+        min_load: 8,
+        load_ratio: 1.5,
+    };
+    assert_eq!(lb(patient).pick(&ctx(&conversation), &[3, 1]), Some(0));
+    let ratio = CacheGuard {
+        min_load: 2,
+        load_ratio: 4.0,
+    };
+    assert_eq!(lb(ratio).pick(&ctx(&conversation), &[3, 1]), Some(0));
+    assert_eq!(lb(ratio).pick(&ctx(&conversation), &[5, 1]), Some(1));
 }
