@@ -10,8 +10,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # cmake builds zlib-ng for Pingora; curl drives the TLS and HTTP/2 tests;
 # chromium runs the dashboard's browser tests (driven by playwright-core,
 # which downloads no browser); the Python packages are the openai SDK (SDK
-# test), k6 (load scenarios) and schemathesis (the admin API against its
-# OpenAPI document). The dashboard builds with Node.js >= 20.19
+# test), k6 (load scenarios), schemathesis (the admin API against its
+# OpenAPI document) and transformers + tokenizers (the reference the
+# gateway's tokenization is held to). The dashboard builds with Node.js >= 20.19
 # and npm, which Debian's own nodejs package is too old for.
 deps:
 	@command -v cmake >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl chromium; }
@@ -54,9 +55,11 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	scripts/fuzz-smoke
 
-# Criterion benchmarks of the balancer (stop by themselves, ~30 s).
+# Criterion benchmarks of the balancer and of routing tokenization (stop by
+# themselves, ~2 minutes).
 bench:
 	$(CARGO) bench --locked -p rolter-balancer
+	$(CARGO) bench --locked -p rolter-tokenize
 
 # The gateway side by side with nginx and the engine direct, on the same
 # pinned cores (load-tests/compare.py; ~18 min, BENCH_ARGS=--quick for a

@@ -30,6 +30,7 @@ mod blocks;
 mod counters;
 mod decode;
 mod index;
+mod pending;
 mod replay;
 mod sequence;
 mod service;

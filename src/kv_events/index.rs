@@ -48,6 +48,7 @@ use super::counters::{
 use super::decode::{
     BatchEntry, BlockRemoved, BlockStored, DecodeError, EventBatch, KvEvent, Skipped,
 };
+use super::pending::{PendingBlocks, PENDING_WEIGHT};
 
 /// Blocks one provider's index holds at most (over all its ranks) unless
 /// told otherwise. At ~70 bytes a block, 70 MB for a full index; an engine
@@ -121,6 +122,11 @@ pub struct KvIndex {
     // blocks, write-locked by a subscriber for one decoded batch or one
     // reset: map operations only, no I/O, never across an await.
     state: RwLock<IndexState>,
+    /// Blocks of requests just routed here (`pending.rs`). Locked for a
+    /// few map operations per routed request and per lookup, never across
+    /// an await; apart from `state`, so a subscriber's batch never waits
+    /// on it.
+    pending: std::sync::Mutex<PendingBlocks>,
     counters: Counters,
 }
 
@@ -196,6 +202,7 @@ impl KvIndex {
                 rank_capacity: 1,
                 ranks: Vec::new(),
             }),
+            pending: Default::default(),
             counters: Counters::default(),
         }
     }
@@ -250,6 +257,38 @@ impl KvIndex {
         self.leading_fraction_of(block_size, &hashes)
     }
 
+    /// Notes the blocks of a request just routed to this provider's engine
+    /// as pending (`pending.rs`), keyed as [`Self::resident_leading_fraction_for_model`]
+    /// keys them (`model`: what the engine serves it as).
+    pub fn note_pending(&self, token_ids: &[u32], model: Option<&str>) {
+        let Some(block_size) = self.block_size() else {
+            return;
+        };
+        let root = match model {
+            Some(model) if self.read().adapters.contains(model) => adapter_root(model),
+            _ => ROOT_SEED,
+        };
+        let hashes: Vec<u64> = block_hashes_from(root, token_ids, block_size).collect();
+        if hashes.is_empty() {
+            return;
+        }
+        let now = (self.clock)();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(&hashes, now);
+    }
+
+    /// Forgets every pending block: the engine's cache was cleared or lost.
+    fn clear_pending(&self) {
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = PendingBlocks::default();
+    }
+
+    /// Blocks noted pending and not expired or pushed out yet.
+    pub fn pending_blocks(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The leading fraction of request blocks already hashed with
     /// [`block_hash::block_hashes`] at `block_size` (so one hashing serves
     /// every provider of that block size); `None` as for
@@ -270,7 +309,15 @@ impl KvIndex {
             .filter(|rank| rank.status.usable(now, self.stale_after_ms))
             .map(|rank| rank.blocks.leading_run(hashes))
             .max()?;
-        Some(run as f64 / hashes.len() as f64)
+        drop(state);
+        // The blocks right after the confirmed run that a request routed
+        // here moments ago will have stored, at a discount.
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .leading_run(&hashes[run..], now);
+        Some((run as f64 + PENDING_WEIGHT * pending as f64) / hashes.len() as f64)
     }
 
     /// Whether some rank is usable (fresh and not rebuilding).
@@ -421,6 +468,8 @@ struct Notes {
     malformed: Vec<&'static str>,
     block_size_mismatch: Option<usize>,
     malformed_reset: bool,
+    /// The engine cleared its cache (`AllBlocksCleared`).
+    cleared: bool,
 }
 
 /// Writes one rank of one configuration of an index; held by that rank's
@@ -514,6 +563,7 @@ impl RankWriter {
                             }
                             KvEvent::AllBlocksCleared => {
                                 bump(&counts.applied);
+                                notes.cleared = true;
                                 garbage.push(std::mem::replace(
                                     &mut rank.blocks,
                                     RankBlocks::new(capacity),
@@ -551,6 +601,9 @@ impl RankWriter {
             }
         }
         drop(garbage); // outside the lock
+        if notes.cleared {
+            self.index.clear_pending();
+        }
         bump(&c.batches_applied);
         self.log_notes(notes);
         true
@@ -611,6 +664,8 @@ impl RankWriter {
             std::mem::replace(&mut rank.blocks, RankBlocks::new(capacity))
         };
         drop(old);
+        // What was expected to arrive on top of the old blocks will not.
+        self.index.clear_pending();
         let count = bump(self.index.counters.reset(reason));
         self.warn_sometimes(
             count,

@@ -28,6 +28,16 @@ impl KvTargetsView {
     pub fn new(targets: Vec<Option<Arc<KvIndex>>>, models: Vec<Option<String>>) -> Self {
         KvTargetsView { targets, models }
     }
+
+    /// The model `target`'s engine serves a request as: a target that sends
+    /// a fixed model is keyed by it, a passthrough one by what the request
+    /// named.
+    fn model<'a>(&'a self, target: usize, adapter: Option<&'a str>) -> Option<&'a str> {
+        self.models
+            .get(target)
+            .and_then(Option::as_deref)
+            .or(adapter)
+    }
 }
 
 impl KvBlockView for KvTargetsView {
@@ -38,16 +48,15 @@ impl KvBlockView for KvTargetsView {
         adapter: Option<&str>,
     ) -> Option<f64> {
         let index = self.targets.get(target)?.as_ref()?;
-        // A target that sends a fixed model is keyed by it; a passthrough
-        // one by what the request named.
-        let model = self
-            .models
-            .get(target)
-            .and_then(Option::as_deref)
-            .or(adapter);
-        match model {
+        match self.model(target, adapter) {
             Some(model) => index.resident_leading_fraction_for_model(token_ids, model),
             None => index.resident_leading_fraction(token_ids),
+        }
+    }
+
+    fn note_routed(&self, target: usize, token_ids: &[u32], adapter: Option<&str>) {
+        if let Some(index) = self.targets.get(target).and_then(Option::as_ref) {
+            index.note_pending(token_ids, self.model(target, adapter));
         }
     }
 }
@@ -86,6 +95,47 @@ mod tests {
             None,
             "out of range"
         );
+    }
+
+    #[test]
+    fn a_routed_requests_blocks_count_at_half_until_its_events_arrive() {
+        let index = Arc::new(KvIndex::new("gpu-a", KvIndexOptions::default()));
+        let writer = index
+            .configure(KvIndexSettings {
+                block_size: 2,
+                data_parallel_size: 1,
+            })
+            .remove(0);
+        writer.record_message();
+        let stored = |tokens: &[u32], parent: Option<u64>, hash: u64| EventBatch {
+            ts: 0.0,
+            entries: vec![BatchEntry::Event(KvEvent::BlockStored(BlockStored::plain(
+                &[hash],
+                parent,
+                tokens,
+                2,
+            )))],
+            data_parallel_rank: None,
+        };
+        writer.apply(&stored(&[7, 8], None, 1));
+        let view = KvTargetsView::new(vec![Some(Arc::clone(&index))], vec![None]);
+        let request = [7, 8, 9, 10, 11, 12];
+        assert_eq!(view.resident_fraction(0, &request, None), Some(1.0 / 3.0));
+        // Routed there: the two blocks after the confirmed one are pending.
+        view.note_routed(0, &request, None);
+        assert_eq!(index.pending_blocks(), 3);
+        assert_eq!(view.resident_fraction(0, &request, None), Some(2.0 / 3.0));
+        // The engine confirms the second block: it counts whole.
+        writer.apply(&stored(&[9, 10], Some(1), 2));
+        assert_eq!(view.resident_fraction(0, &request, None), Some(2.5 / 3.0));
+        // A cleared cache takes the pending blocks with it.
+        writer.apply(&EventBatch {
+            ts: 0.0,
+            entries: vec![BatchEntry::Event(KvEvent::AllBlocksCleared)],
+            data_parallel_rank: None,
+        });
+        assert_eq!(index.pending_blocks(), 0);
+        assert_eq!(view.resident_fraction(0, &request, None), Some(0.0));
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub trait KvBlockView: Send + Sync {
         token_ids: &[u32],
         adapter: Option<&str>,
     ) -> Option<f64>;
+    /// A request with `token_ids` was just routed to `target`: its blocks
+    /// will be there once the engine's prefill ends (the gateway counts them
+    /// as pending until its events confirm them or a short time passes).
+    fn note_routed(&self, _target: usize, _token_ids: &[u32], _adapter: Option<&str>) {}
 }
 
 /// The LMCache occupancy signal of each target.

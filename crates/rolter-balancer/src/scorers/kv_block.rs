@@ -50,6 +50,12 @@ impl Scorer for KvBlockScorer {
         "kv_blocks"
     }
 
+    fn observe(&self, target: usize, ctx: &RouteContext) {
+        if let Some(token_ids) = ctx.token_ids.filter(|ids| !ids.is_empty()) {
+            self.view.note_routed(target, token_ids, ctx.adapter);
+        }
+    }
+
     fn score(&self, ctx: &RouteContext, targets: Candidates<'_>, scores: &mut [f64]) {
         scores.fill(0.0);
         let Some(token_ids) = ctx.token_ids.filter(|ids| !ids.is_empty()) else {
