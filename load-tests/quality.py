@@ -92,7 +92,7 @@ def run_strategy(strategy: str, rolter: Path, work: Path, workload: Workload, s:
         engines = start_engines(rolter, work, processes, s)
         gateway = QualityGateway(rolter, work, processes, admin_token, grace_period_s=1)
         gateway.write_pingora_yaml()
-        gateway.write_routes(engines, s.strategies)
+        gateway.write_routes(engines, s.strategies, s.tokenizer if s.text_only else None)
         gateway.start()
         if not wait_until(15, lambda: subscribers_connected(gateway, engines), interval_s=0.2):
             log(start, f"{strategy}: warning: KV-event subscribers not all connected: "
@@ -100,7 +100,7 @@ def run_strategy(strategy: str, rolter: Path, work: Path, workload: Workload, s:
         log(start, f"{strategy}: {len(engines)} engines and the gateway ready on {gateway.url}")
         began = time.monotonic()
         began_pc = time.perf_counter()
-        records = play(workload, strategy, gateway, engines, s.concurrency, stop)
+        records = play(workload, strategy, gateway, engines, s.concurrency, stop, s.text_only)
         elapsed = time.monotonic() - began
         if stop.is_set():
             raise Interrupted("stopped")
@@ -171,6 +171,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kv_blocks=pick(args.kv_blocks, 3000, 1000),
         block_size=BLOCK_SIZE,
         quick=quick,
+        prefill_slots=args.prefill_slots,
+        decode_slowdown_pct=args.decode_slowdown_pct,
+        tenant_skew=args.tenant_skew,
+        preamble_tokens=pick(args.preamble_tokens, 300, 150),
+        tokenizer=str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
+        text_only=args.text_only,
     )
 
 
@@ -197,6 +203,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prefill-us-per-token", type=int, default=200, help="engines' prefill cost of an uncached prompt token")
     p.add_argument("--token-delay-ms", type=int, default=2, help="engines' delay between output tokens")
     p.add_argument("--kv-blocks", type=int, help=f"engines' prefix cache, in blocks of {BLOCK_SIZE} tokens (default 3000; quick 1000)")
+    p.add_argument("--prefill-slots", type=int, default=2, help="engines' concurrent prefills; the rest queue (0: unlimited)")
+    p.add_argument("--decode-slowdown-pct", type=int, default=5, help="engines' per-token slowdown per other decoding sequence, in percent")
+    p.add_argument("--tenant-skew", type=float, default=1.0, help="tenant popularity 1/(t+1)^skew (0: uniform)")
+    p.add_argument("--preamble-tokens", type=int, help="tokens of a preamble shared by every tenant's system prompt (default 300; quick 150)")
+    p.add_argument("--tokenizer", help="a model directory the engines tokenize with (e.g. conf/demo-tokenizer); default the simulated tokenizer")
+    p.add_argument("--text-only", action="store_true", help="clients send text only; the routes tokenize with --tokenizer (which it needs)")
     p.add_argument("--results", default=str(DEFAULT_RESULTS), help="directory for the JSON and Markdown results")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temporary directory (logs, configs)")
     args = p.parse_args(argv)

@@ -59,7 +59,8 @@ class Client:
             raise RuntimeError(f"/tokenize answered {response.status}: {text[:200]!r}")
         return json.loads(text)["tokens"]
 
-    def chat(self, model: str, messages: list[dict], token_ids: list[int], max_tokens: int) -> dict:
+    def chat(self, model: str, messages: list[dict], token_ids: list[int] | None,
+             max_tokens: int) -> dict:
         """One streamed chat completion through the gateway; its record."""
         body = json.dumps(
             {
@@ -70,10 +71,9 @@ class Client:
                 "stream_options": {"include_usage": True},
             }
         ).encode()
-        headers = {
-            "content-type": "application/json",
-            "x-rolter-token-ids": ",".join(map(str, token_ids)),
-        }
+        headers = {"content-type": "application/json"}
+        if token_ids is not None:
+            headers["x-rolter-token-ids"] = ",".join(map(str, token_ids))
         started = time.perf_counter()
         record: dict = {"ok": False, "sent": started}
         try:
@@ -104,6 +104,9 @@ class Client:
                     if delta.get("content"):
                         content.append(delta["content"])
                 usage = chunk.get("usage")
+                fake = chunk.get("fake")
+                if isinstance(fake, dict) and "queue_ms" in fake:
+                    record["queue_ms"] = fake["queue_ms"]
                 if usage:
                     record["prompt_tokens"] = usage.get("prompt_tokens", 0)
                     details = usage.get("prompt_tokens_details") or {}
@@ -128,7 +131,7 @@ class Client:
 
 
 def play(workload: Workload, model: str, gateway: QualityGateway, engines: list[Engine],
-         concurrency: int, stop: threading.Event) -> list[dict]:
+         concurrency: int, stop: threading.Event, text_only: bool = False) -> list[dict]:
     """Every conversation of the workload through route `model`, `concurrency`
     at a time; the records of every request."""
     queue = list(reversed(workload.conversations))
@@ -161,7 +164,10 @@ def play(workload: Workload, model: str, gateway: QualityGateway, engines: list[
                 except (OSError, ValueError, KeyError, RuntimeError, http_client.HTTPException) as e:
                     record = {"ok": False, "error": f"tokenize: {type(e).__name__}: {e}"}
                 else:
-                    record = client.chat(model, messages, token_ids, turn.max_tokens)
+                    # Text only: the ids still measure the one-cache ceiling,
+                    # but the gateway does not see them.
+                    sent = None if text_only else token_ids
+                    record = client.chat(model, messages, sent, turn.max_tokens)
                     record["token_ids"] = len(token_ids)
                     record["blocks"] = block_keys(token_ids, BLOCK_SIZE)
                 expected = expected_answer(turn.max_tokens)

@@ -38,7 +38,9 @@ def start_engines(rolter: Path, work: Path, processes: Processes, s: Settings) -
                 "--block-size", str(s.block_size),
                 "--kv-events", "tcp://127.0.0.1:0",
                 "--kv-replay", "tcp://127.0.0.1:0",
-            ],
+                "--prefill-slots", str(s.prefill_slots),
+                "--decode-slowdown-pct", str(s.decode_slowdown_pct),
+            ] + (["--tokenizer", s.tokenizer] if s.tokenizer else []),
             work / f"{name}.log",
             stdout=stdout,
         )
@@ -68,7 +70,8 @@ def start_engines(rolter: Path, work: Path, processes: Processes, s: Settings) -
 class QualityGateway(Gateway):
     """The gateway with one route per strategy over every engine."""
 
-    def write_routes(self, engines: list[Engine], strategies: list[str]) -> None:
+    def write_routes(self, engines: list[Engine], strategies: list[str],
+                     tokenizer: str | None = None) -> None:
         providers = "".join(
             f'[[providers]]\nname = "{e.name}"\nbase_url = "{e.url}"\n\n'
             f"[providers.kv_events]\n"
@@ -78,8 +81,9 @@ class QualityGateway(Gateway):
             for e in engines
         )
         targets = ", ".join(f'{{ provider = "{e.name}", model = "{UPSTREAM_MODEL}" }}' for e in engines)
+        tokenize = f'tokenizer = "{tokenizer}"\n' if tokenizer else ""
         routes = "".join(
-            f'[[routes]]\nmodel = "{strategy}"\nstrategy = "{strategy}"\ntargets = [{targets}]\n\n'
+            f'[[routes]]\nmodel = "{strategy}"\nstrategy = "{strategy}"\n{tokenize}targets = [{targets}]\n\n'
             for strategy in strategies
         )
         self.toml.write_text(
@@ -87,7 +91,10 @@ class QualityGateway(Gateway):
             "[server]\n"
             f'listen = ["{self.listen}"]\n'
             f'admin_listen = "{self.admin}"\n'
-            "require_api_key = false\n\n"
+            "require_api_key = false\n"
+            # Token ids of long conversations in `x-rolter-token-ids` pass
+            # nginx's 32 KiB header limit; a text-only run sends none.
+            "max_request_header_bytes = 1048575\n\n"
             f"{providers}{routes}"
             "[[admin_tokens]]\n"
             'name = "quality"\n'

@@ -84,6 +84,7 @@ def index_agreement(kv_indexes: list[dict], engines: dict) -> dict:
 def summarize(strategy: str, records: list[dict], engines: list[Engine], elapsed_s: float) -> dict:
     ok = [r for r in records if r["ok"]]
     ttfts = [r["ttft_ms"] for r in ok]
+    queue_waits = [r["queue_ms"] for r in ok if r.get("queue_ms") is not None]
     prompt = sum(r["prompt_tokens"] for r in ok)
     cached = sum(r["cached_tokens"] for r in ok)
     per_engine = {e.name: 0 for e in engines}
@@ -115,6 +116,10 @@ def summarize(strategy: str, records: list[dict], engines: list[Engine], elapsed
             "p99": percentile(ttfts, 0.99),
             "mean": sum(ttfts) / len(ttfts) if ttfts else None,
             "max": max(ttfts) if ttfts else None,
+        },
+        "queue_wait_ms": {
+            "p50": percentile(queue_waits, 0.5),
+            "p99": percentile(queue_waits, 0.99),
         },
         "prompt_tokens": prompt,
         "cached_tokens": cached,
@@ -175,15 +180,21 @@ def table_rows(results: dict[str, dict]) -> list[list[str]]:
     for r in results.values():
         t = r["ttft_ms"]
         requests = str(r["requests"]) + (f" ({r['errors']} failed)" if r["errors"] else "")
+        counts = list(r["requests_per_engine"].values())
+        mean = sum(counts) / len(counts) if counts else 0
+        ceiling = r.get("ceiling_hit_rate")
+        of_ceiling = "-" if not ceiling or r["hit_rate"] is None else f"{100 * r['hit_rate'] / ceiling:.1f}%"
         rows.append([
             r["strategy"], requests, fmt_ms(t["p50"]), fmt_ms(t["p90"]), fmt_ms(t["p99"]),
-            fmt_rate(r["hit_rate"]), " / ".join(str(c) for c in r["requests_per_engine"].values()),
+            fmt_ms(r.get("queue_wait_ms", {}).get("p99")),
+            fmt_rate(r["hit_rate"]), of_ceiling,
+            f"{max(counts) if counts else 0} / {mean:.0f}",
         ])
     return rows
 
 
 HEADER = ["strategy", "requests", "TTFT p50 (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)",
-          "prefix-hit rate", "requests per engine"]
+          "queue wait p99 (ms)", "prefix-hit rate", "of ceiling", "requests per engine max / mean"]
 
 
 DIAGNOSTICS = ["strategy", "hit rate, first turns", "hit rate, later turns",
@@ -234,13 +245,22 @@ def markdown(results: dict[str, dict], verdicts: dict, s: Settings, workload: Wo
         f"{s.answer_tokens_min}-{s.answer_tokens_max}-token answers), "
         f"{workload.requests()} streamed chat completions per strategy, {s.concurrency} at a time.",
         "",
+        f"Tenants are picked with weight 1/(t+1)^{s.tenant_skew}; every system prompt starts with a "
+        f"~{s.preamble_tokens}-token preamble shared by all tenants.",
+        "",
         f"Fleet, fresh for each strategy: {s.engines} `rolter fake-llm` engines with "
         f"`--ttft-ms {s.ttft_ms} --prefill-us-per-token {s.prefill_us_per_token} "
-        f"--token-delay-ms {s.token_delay_ms} --kv-blocks {s.kv_blocks} --block-size {s.block_size}` "
-        f"and KV events; one `rolter serve` ({rolter.relative_to(REPO) if rolter.is_relative_to(REPO) else rolter}).",
+        f"--token-delay-ms {s.token_delay_ms} --kv-blocks {s.kv_blocks} --block-size {s.block_size} "
+        f"--prefill-slots {s.prefill_slots} --decode-slowdown-pct {s.decode_slowdown_pct}"
+        + (f" --tokenizer {Path(s.tokenizer).name}" if s.tokenizer else "")
+        + f"` and KV events; one `rolter serve` ({rolter.relative_to(REPO) if rolter.is_relative_to(REPO) else rolter}). "
+        + ("Clients send text only: every route tokenizes with the engines' model directory."
+           if s.text_only else "Clients send the engines' token ids in `x-rolter-token-ids`."),
         "",
-        "TTFT is measured at the client (request sent to the first SSE chunk); the prefix-hit rate is "
-        "cached / prompt tokens from the usage chunk; requests per engine in engine order.",
+        "TTFT is measured at the client (request sent to the first SSE chunk); the queue wait is the "
+        "time a request waited for one of its engine's prefill slots (the engine reports it); the "
+        "prefix-hit rate is cached / prompt tokens from the usage chunk, and \"of ceiling\" that rate "
+        "over the one-cache ceiling's.",
         "",
         "Diagnostics: hit rates of conversations' first turns (only the tenant's system prompt and "
         "the user's profile can be cached) and of later turns (the whole previous turn can be); how "

@@ -34,6 +34,18 @@ class Settings:
     kv_blocks: int
     block_size: int
     quick: bool
+    # Engines prefill this many requests at once; the rest queue (0: unlimited).
+    prefill_slots: int = 0
+    # Each other decoding sequence slows a token by this many percent.
+    decode_slowdown_pct: int = 0
+    # Tenant popularity: tenant t is picked with weight 1 / (t + 1) ** skew (0: uniform).
+    tenant_skew: float = 0.0
+    # Tokens of a preamble every tenant's system prompt starts with.
+    preamble_tokens: int = 0
+    # A model directory the engines tokenize with (None: the simulated tokenizer).
+    tokenizer: str | None = None
+    # Clients send text only: the routes tokenize with `tokenizer`.
+    text_only: bool = False
 
 
 @dataclasses.dataclass
@@ -97,11 +109,14 @@ def build_workload(s: Settings) -> Workload:
     """The same conversations, in the same order, for every strategy."""
     rng = random.Random(s.seed)
     words = Words(rng)
+    preamble = words.text(s.preamble_tokens) + "\n" if s.preamble_tokens > 0 else ""
     system_prompts = [
-        f"You are the assistant of tenant {t}. Follow the policy below.\n"
+        preamble
+        + f"You are the assistant of tenant {t}. Follow the policy below.\n"
         + words.text(s.system_tokens - 14)
         for t in range(s.tenants)
     ]
+    popularity = [1.0 / (t + 1) ** s.tenant_skew for t in range(s.tenants)]
     profiles = {
         (t, u): f"I am user {u} of tenant {t}. My profile: " + words.text(s.profile_tokens - 12)
         for t in range(s.tenants)
@@ -110,7 +125,7 @@ def build_workload(s: Settings) -> Workload:
     conversations: list[Conversation] = []
     total = 0
     while total < s.requests:
-        tenant = rng.randrange(s.tenants)
+        tenant = rng.choices(range(s.tenants), weights=popularity)[0]
         user = rng.randrange(s.users_per_tenant)
         n = min(rng.randint(s.turns_min, s.turns_max), s.requests - total)
         turns = []

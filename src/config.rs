@@ -408,30 +408,21 @@ pub struct Route {
     pub cache_guard: CacheGuard,
 }
 
-/// `cache_guard` of a route or provider group, validated: `load_ratio` in
-/// thousandths, so the configuration stays `Eq`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `cache_guard` of a route or provider group, validated, as written (an
+/// unset field is the strategy's default): `load_ratio` in thousandths,
+/// so the configuration stays `Eq`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheGuard {
-    pub min_load: u64,
-    pub load_ratio_milli: u32,
-}
-
-impl Default for CacheGuard {
-    fn default() -> Self {
-        let guard = rolter_balancer::CacheGuard::default();
-        CacheGuard {
-            min_load: guard.min_load,
-            load_ratio_milli: (guard.load_ratio * 1000.0).round() as u32,
-        }
-    }
+    pub min_load: Option<u64>,
+    pub load_ratio_milli: Option<u32>,
 }
 
 impl CacheGuard {
     /// The balancer's form.
-    pub fn balancer(self) -> rolter_balancer::CacheGuard {
-        rolter_balancer::CacheGuard {
+    pub fn balancer(self) -> rolter_balancer::GuardSetting {
+        rolter_balancer::GuardSetting {
             min_load: self.min_load,
-            load_ratio: f64::from(self.load_ratio_milli) / 1000.0,
+            load_ratio: self.load_ratio_milli.map(|milli| f64::from(milli) / 1000.0),
         }
     }
 }

@@ -276,10 +276,14 @@ impl Snapshot {
         let mut seeds = Seeds::new();
         let mut routes = HashMap::new();
         let mut route_order = Vec::with_capacity(config.routes.len());
+        // A control node routes nothing: its snapshot leaves the model
+        // directories to its gateways (see config/validate/tokenizer.rs).
+        let routes_here = config.server.role != crate::config::Role::Control;
         let tokens = |tokenizer: &Option<crate::config::RouteTokenizer>, at: String| {
             tokenizer
                 .as_ref()
-                .map(RouteTokens::load)
+                .filter(|_| routes_here)
+                .map(|t| RouteTokens::load(&t.dir, t.budget_bytes))
                 .transpose()
                 .map_err(|error| BuildError::Tokenizer {
                     source_file: config.source.clone(),

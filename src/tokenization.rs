@@ -17,12 +17,11 @@
 //! the configuration is validated (so `rolter check` and a reload refuse a
 //! broken one) and shared by every snapshot that names them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use rolter_tokenize::{ChatRequest, LoadError, ModelTokenizer, TokenizeError, TokenizerRegistry};
 
-use crate::config::RouteTokenizer;
 use crate::openai::{Endpoint, ParsedRequest, TextSpans};
 
 /// Default for `tokenizer_budget_kib`.
@@ -45,12 +44,13 @@ pub struct RouteTokens {
 }
 
 impl RouteTokens {
-    /// The loaded directory of a validated `tokenizer` setting.
-    pub fn load(config: &RouteTokenizer) -> Result<Self, LoadError> {
+    /// The loaded model directory `dir` of a validated `tokenizer`
+    /// setting, tokenizing up to `budget_bytes` of each request.
+    pub fn load(dir: &Path, budget_bytes: usize) -> Result<Self, LoadError> {
         Ok(RouteTokens {
-            dir: config.dir.clone(),
-            model: registry().load(&config.dir)?,
-            budget_bytes: config.budget_bytes,
+            dir: dir.to_path_buf(),
+            model: registry().load(dir)?,
+            budget_bytes,
         })
     }
 }
@@ -255,10 +255,10 @@ mod tests {
     use crate::openai::parse_request;
 
     fn demo() -> RouteTokens {
-        RouteTokens::load(&RouteTokenizer {
-            dir: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/demo-tokenizer")),
-            budget_bytes: 64 * 1024,
-        })
+        RouteTokens::load(
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/demo-tokenizer")),
+            64 * 1024,
+        )
         .unwrap()
     }
 

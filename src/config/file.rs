@@ -469,10 +469,11 @@ pub struct RouteTable {
     /// to 4096. Read only with `tokenizer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenizer_budget_kib: Option<u32>,
-    /// cache_aware's load guard: a warm target keeps a request unless its
-    /// waiting requests (queued or in prefill) exceed `min_load` and
-    /// `load_ratio` times the least loaded target's. Default: `{ min_load
-    /// = 2, load_ratio = 1.5 }`. Read only by `cache_aware`.
+    /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
+    /// target keeps a request unless its waiting requests (queued or in
+    /// prefill) exceed `min_load` and `load_ratio` times the least loaded
+    /// target's. Default: `{ min_load = 2, load_ratio = 1.5 }`. Read only by
+    /// those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// Where requests for `model` go. Required, non-empty.
@@ -548,10 +549,11 @@ pub struct ProviderGroupTable {
     /// to 4096. Read only with `tokenizer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenizer_budget_kib: Option<u32>,
-    /// cache_aware's load guard: a warm target keeps a request unless its
-    /// waiting requests (queued or in prefill) exceed `min_load` and
-    /// `load_ratio` times the least loaded target's. Default: `{ min_load
-    /// = 2, load_ratio = 1.5 }`. Read only by `cache_aware`.
+    /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
+    /// target keeps a request unless its waiting requests (queued or in
+    /// prefill) exceed `min_load` and `load_ratio` times the least loaded
+    /// target's. Default: `{ min_load = 2, load_ratio = 1.5 }`. Read only by
+    /// those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// The group's providers. Required, non-empty, each provider at most

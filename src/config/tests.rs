@@ -20,6 +20,7 @@ mod providers;
 mod robustness;
 mod routes;
 mod telemetry;
+mod tokenizer;
 
 const FILE: &str = "conf/rolter.toml";
 

@@ -75,6 +75,7 @@ pub(super) fn validate(
         env,
         errors: Vec::new(),
         warnings: Vec::new(),
+        loads_model_dirs: true,
     };
     if origin == Origin::File && file.server.role.as_deref() == Some("gateway") {
         file = v.gateway_file(file);
@@ -85,6 +86,7 @@ pub(super) fn validate(
         None | Some("standalone" | "gateway" | "control")
     );
     let server = v.server(file.server);
+    v.loads_model_dirs = server.role != Role::Control;
     let providers = v.providers(file.providers);
     let groups = v.provider_groups(file.provider_groups, &providers);
     // Every slug and model written, valid or not: a failed table has its
@@ -153,6 +155,10 @@ struct Validator<'a> {
     env: Env<'a>,
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigError>,
+    /// Model directories (`tokenizer`) are loaded to be checked; not on a
+    /// control node, which routes nothing (its gateways load and check
+    /// them when they validate the fleet document).
+    loads_model_dirs: bool,
 }
 
 impl Validator<'_> {

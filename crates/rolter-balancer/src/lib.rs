@@ -40,7 +40,9 @@ pub use strategy::{
     StrategyKind, TargetSpec, UnknownStrategy, WeightedRoundRobin,
 };
 pub use strategy::{Adaptive, PredictedLatencyScorer};
-pub use strategy::{CacheAware, CacheAwareDecisions, CacheGuard, Pipeline, WeightedScorer};
+pub use strategy::{
+    CacheAware, CacheAwareDecisions, CacheGuard, GuardSetting, Pipeline, WeightedScorer,
+};
 pub use views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 
 /// A load-balancing strategy over one route's targets.

@@ -29,7 +29,7 @@ use crate::views::{KvBlockView, NoViews, OccupancyView, TargetStatsView};
 use crate::LoadBalancer;
 
 pub use adaptive::Adaptive;
-pub use cache_aware::{CacheAware, CacheAwareDecisions, CacheGuard};
+pub use cache_aware::{CacheAware, CacheAwareDecisions, CacheGuard, GuardSetting};
 pub use consistent_hash::ConsistentHash;
 pub use pipeline::{Pipeline, WeightedScorer};
 pub use power_of_two::PowerOfTwo;
@@ -250,8 +250,8 @@ pub struct BuildContext<'a> {
     /// LMCache occupancy of the route's targets, when any has a source.
     pub occupancy: Arc<dyn OccupancyView>,
     pub adaptive: AdaptivePolicy,
-    /// cache_aware's load guard (the route's `cache_guard`).
-    pub cache_guard: CacheGuard,
+    /// The route's `cache_guard`, over each strategy's own default.
+    pub cache_guard: GuardSetting,
 }
 
 impl<'a> BuildContext<'a> {
@@ -265,7 +265,7 @@ impl<'a> BuildContext<'a> {
             kv_blocks: Arc::new(NoViews),
             occupancy: Arc::new(NoViews),
             adaptive: AdaptivePolicy::default(),
-            cache_guard: CacheGuard::default(),
+            cache_guard: GuardSetting::default(),
         }
     }
 }
@@ -287,9 +287,10 @@ pub fn build(kind: StrategyKind, ctx: &BuildContext) -> Box<dyn LoadBalancer> {
             let ids: Vec<&str> = ctx.targets.iter().map(|t| t.id).collect();
             Box::new(ConsistentHash::new(&ids))
         }
-        StrategyKind::CacheAware => Box::new(
-            CacheAware::from_seed(n, ctx.seed).with_guard(ctx.cache_guard, Arc::clone(&ctx.stats)),
-        ),
+        StrategyKind::CacheAware => Box::new(CacheAware::from_seed(n, ctx.seed).with_guard(
+            ctx.cache_guard.over(CacheGuard::default()),
+            Arc::clone(&ctx.stats),
+        )),
         StrategyKind::Pipeline => Box::new(Pipeline::default_stack(ctx)),
         StrategyKind::PreciseCacheAware => Box::new(Pipeline::precise_cache_aware(ctx)),
         StrategyKind::LmcacheAware => Box::new(Pipeline::lmcache_aware(ctx)),

@@ -107,6 +107,16 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "US", default_value_t = 50)]
     pub prefill_us_per_token: u64,
 
+    /// Requests prefilled at once; the rest wait in arrival order (0:
+    /// unlimited). See `scheduler.rs`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub prefill_slots: usize,
+
+    /// Each token's delay grows by this many percent per other sequence in
+    /// the decode batch (0: decode never slows).
+    #[arg(long, value_name = "PCT", default_value_t = 0)]
+    pub decode_slowdown_pct: u32,
+
     /// A Hugging Face model directory (`tokenizer.json`,
     /// `tokenizer_config.json`, its chat template) to tokenize with, as a
     /// real engine serving that model would; its KV events then carry the
@@ -204,6 +214,8 @@ impl Default for FakeLlmArgs {
             retry_after: None,
             prefill_us_per_token: 50,
             tokenizer: None,
+            prefill_slots: 0,
+            decode_slowdown_pct: 0,
             block_size: DEFAULT_BLOCK_SIZE,
             kv_blocks: 4096,
             kv_events: None,

@@ -194,8 +194,8 @@ async fn generate(
     let ahead = engine.stats.running().saturating_sub(1);
     let ttft_ms = mode
         .ttft_ms
-        .saturating_add(prefill.prefill_ms(mode.prefill_us_per_token))
         .saturating_add(mode.queue_ttft_ms.saturating_mul(ahead));
+    let prefill_ms = prefill.prefill_ms(mode.prefill_us_per_token);
     let mut response = if request.stream {
         let plan = StreamPlan {
             kind,
@@ -208,24 +208,33 @@ async fn generate(
             prompt_tokens: prefill.prompt_tokens,
             cached_tokens: prefill.cached_tokens,
             ttft_ms,
+            prefill_ms,
             token_delay_ms: mode.token_delay_ms,
             reset_after_chunks: mode.reset_after_chunks,
         };
-        let mut response = Response::new(sse_body(plan, guard));
+        let mut response = Response::new(sse_body(plan, guard, Arc::clone(&engine.scheduler)));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream; charset=utf-8"),
         );
         response
     } else {
-        let generation_ms = ttft_ms.saturating_add(
-            mode.token_delay_ms
-                .saturating_mul(u64::from(request.output_tokens)),
-        );
-        if generation_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(generation_ms)).await;
+        if ttft_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ttft_ms)).await;
         }
-        let answer = completion_json(engine, &request, prefill, id, created, received);
+        let queue_ms = engine.scheduler.prefill(prefill_ms).await;
+        let _decoding = engine.scheduler.decode();
+        let decode_ms = engine
+            .scheduler
+            .token_delay(mode.token_delay_ms)
+            .saturating_mul(u64::from(request.output_tokens));
+        if decode_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(decode_ms)).await;
+        }
+        let mut answer = completion_json(engine, &request, prefill, id, created, received);
+        if let Some(fake) = answer.get_mut("fake").and_then(Value::as_object_mut) {
+            fake.insert("queue_ms".into(), json!(queue_ms));
+        }
         guard.complete();
         Json(answer).into_response()
     };
@@ -327,7 +336,7 @@ async fn embed(engine: &Engine, body: &[u8], mode: &Mode, received: &Received) -
 /// caches (see [`parse_tokenize`]). It costs no simulated time and touches
 /// no cache.
 fn tokenize(engine: &Engine, body: &[u8]) -> Response {
-    let request = match parse_tokenize(body) {
+    let request = match parse_tokenize(body, &engine.tokenizer) {
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };

@@ -50,6 +50,7 @@ mod listener;
 mod model;
 mod model_tokenizer;
 mod request;
+mod scheduler;
 mod stats;
 mod stream;
 #[cfg(test)]
@@ -98,6 +99,8 @@ struct Engine {
     kv: KvState,
     /// Text to token ids: simulated, or a model directory's (`--tokenizer`).
     tokenizer: model_tokenizer::Tokenizer,
+    /// Prefill slots and the decode batch (`--prefill-slots`, `--decode-slowdown`).
+    scheduler: Arc<scheduler::Scheduler>,
     /// Makes response ids unique across engine restarts.
     id_seed: u64,
     next_id: AtomicU64,
@@ -130,6 +133,10 @@ impl Engine {
             stats: Arc::new(Stats::default()),
             kv: KvState::new(args, publisher),
             tokenizer,
+            scheduler: Arc::new(scheduler::Scheduler::new(
+                args.prefill_slots,
+                f64::from(args.decode_slowdown_pct) / 100.0,
+            )),
             id_seed,
             next_id: AtomicU64::new(0),
         }

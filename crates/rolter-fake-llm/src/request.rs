@@ -172,14 +172,20 @@ pub(crate) fn parse_generation(
 /// unless `add_generation_prompt` is false (vLLM's default is true). The
 /// simulated tokenizer adds no special tokens around a prompt, so vLLM's
 /// `add_special_tokens` changes nothing and is not read.
-pub(crate) fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
+pub(crate) fn parse_tokenize(
+    body: &[u8],
+    tokenizer: &Tokenizer,
+) -> Result<TokenizeRequest, ApiError> {
     let map = parse_object(body)?;
     let model = match present(&map, "model") {
         None => None,
         Some(_) => Some(model(&map)?),
     };
     let tokens = match (present(&map, "prompt"), present(&map, "messages")) {
-        (Some(Value::String(prompt)), None) => tokenize(prompt),
+        (Some(Value::String(prompt)), None) => match tokenizer.prompt_ids(prompt) {
+            Some(ids) => ids.map_err(|e| ApiError::bad_request(Some("prompt"), e))?,
+            None => tokenize(prompt),
+        },
         (Some(_), None) => {
             return Err(ApiError::bad_request(
                 Some("prompt"),
@@ -197,6 +203,12 @@ pub(crate) fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
                     ))
                 }
             };
+            if let Some(ids) = tokenizer.chat_ids(body, Some(add_generation_prompt)) {
+                return Ok(TokenizeRequest {
+                    model,
+                    tokens: ids?,
+                });
+            }
             tokenize(&chat_template_text(
                 &Value::Object(map),
                 add_generation_prompt,
@@ -370,7 +382,7 @@ mod tests {
 
     #[test]
     fn tokenize_reads_a_prompt_or_a_chat() {
-        let tokens = |body: &[u8]| parse_tokenize(body).map(|r| r.tokens);
+        let tokens = |body: &[u8]| parse_tokenize(body, &Tokenizer::Simulated).map(|r| r.tokens);
         assert_eq!(
             tokens(br#"{"model":"m","prompt":"a b, c"}"#),
             Ok(tokenize("a b, c"))
@@ -383,7 +395,7 @@ mod tests {
         );
         assert_eq!(without, Ok(tokenize("<|im_start|>user\nhi<|im_end|>\n")));
         assert_eq!(
-            parse_tokenize(br#"{"prompt":""}"#).map(|r| r.model),
+            parse_tokenize(br#"{"prompt":""}"#, &Tokenizer::Simulated).map(|r| r.model),
             Ok(None)
         );
     }
@@ -401,7 +413,7 @@ mod tests {
             ),
             (br#"{"model":3,"prompt":"a"}"#, Some("model")),
         ] {
-            let err = parse_tokenize(body).err();
+            let err = parse_tokenize(body, &Tokenizer::Simulated).err();
             assert_eq!(
                 err.map(|e| (e.status, e.param)),
                 Some((StatusCode::BAD_REQUEST, param)),

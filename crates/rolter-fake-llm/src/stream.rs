@@ -27,7 +27,9 @@ use serde_json::Value;
 
 use super::model::token;
 use super::request::GenerationKind;
+use super::scheduler::{DecodeSlot, Scheduler};
 use super::stats::RequestGuard;
+use std::sync::Arc;
 
 /// Everything a token stream needs, fixed when the request arrives.
 #[derive(Debug, Clone)]
@@ -42,8 +44,11 @@ pub(crate) struct StreamPlan {
     pub(crate) prompt_tokens: u64,
     /// Prompt tokens found in the prefix cache.
     pub(crate) cached_tokens: u64,
-    /// Milliseconds to the first token, prefill included.
+    /// Milliseconds to the first token before prefill (the engine's fixed
+    /// overhead and the simulated queue).
     pub(crate) ttft_ms: u64,
+    /// Milliseconds of prefill, spent holding a prefill slot after `ttft_ms`.
+    pub(crate) prefill_ms: u64,
     pub(crate) token_delay_ms: u64,
     pub(crate) reset_after_chunks: Option<u64>,
 }
@@ -120,6 +125,11 @@ struct TokenStream {
     next: u64,
     ended: bool,
     guard: RequestGuard,
+    scheduler: Arc<Scheduler>,
+    /// Held from the first token on: this stream is in the decode batch.
+    decoding: Option<DecodeSlot>,
+    /// Milliseconds the prefill waited for a slot, reported in the usage chunk.
+    queue_ms: u64,
 }
 
 impl TokenStream {
@@ -144,8 +154,19 @@ impl TokenStream {
         }
         // Past the end without a reset: the guard was completed with [DONE].
         let (event, delay_ms) = next?;
+        let delay_ms = if self.decoding.is_some() {
+            self.scheduler.token_delay(delay_ms)
+        } else {
+            delay_ms
+        };
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        if self.next == 0 {
+            // The first event is the first token: queue for a prefill slot
+            // and prefill, then join the decode batch.
+            self.queue_ms = self.scheduler.prefill(self.plan.prefill_ms).await;
+            self.decoding = Some(self.scheduler.decode());
         }
         self.next += 1;
         if event == Event::Done && self.plan.reset_after_chunks.is_none() {
@@ -187,10 +208,11 @@ impl TokenStream {
             Event::Usage => {
                 let completion = u64::from(self.plan.output_tokens);
                 out.push_str(&format!(
-                    r#""choices":[],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion},"prompt_tokens_details":{{"cached_tokens":{}}}}}}}"#,
+                    r#""choices":[],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion},"prompt_tokens_details":{{"cached_tokens":{}}}}},"fake":{{"queue_ms":{}}}}}"#,
                     self.plan.prompt_tokens,
                     self.plan.prompt_tokens.saturating_add(completion),
                     self.plan.cached_tokens,
+                    self.queue_ms,
                 ));
             }
             Event::Done => {}
@@ -202,7 +224,7 @@ impl TokenStream {
 
 /// The SSE body of a streamed answer; `guard` stays in flight until the
 /// stream ends or is dropped.
-pub(crate) fn sse_body(plan: StreamPlan, guard: RequestGuard) -> Body {
+pub(crate) fn sse_body(plan: StreamPlan, guard: RequestGuard, scheduler: Arc<Scheduler>) -> Body {
     let prefix = plan.chunk_prefix();
     let state = TokenStream {
         plan,
@@ -210,6 +232,9 @@ pub(crate) fn sse_body(plan: StreamPlan, guard: RequestGuard) -> Body {
         next: 0,
         ended: false,
         guard,
+        scheduler,
+        decoding: None,
+        queue_ms: 0,
     };
     Body::from_stream(stream::unfold(state, TokenStream::step))
 }
@@ -230,6 +255,7 @@ mod tests {
             prompt_tokens: 4,
             cached_tokens: 2,
             ttft_ms: 100,
+            prefill_ms: 0,
             token_delay_ms: 10,
             reset_after_chunks: None,
         }
@@ -279,6 +305,9 @@ mod tests {
                 next: 0,
                 ended: false,
                 guard,
+                scheduler: Arc::new(Scheduler::new(0, 0.0)),
+                decoding: None,
+                queue_ms: 0,
             };
             for (event, _) in events(&stream.plan) {
                 let bytes = stream.render(event);

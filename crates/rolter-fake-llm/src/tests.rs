@@ -227,7 +227,7 @@ async fn chat_echoes_received_model_and_body_digest() {
     assert_eq!(headers["content-length"], body.len().to_string());
     assert_eq!(
         fake,
-        json!({"engine": "engine-a", "received_model": "served", "body_bytes": body.len(), "body_sha256": digest})
+        json!({"engine": "engine-a", "received_model": "served", "body_bytes": body.len(), "body_sha256": digest, "queue_ms": 0})
     );
     let stats = engine.stats().await;
     assert_eq!(stats["completed"], 1);

@@ -205,8 +205,10 @@ pub fn document(config: &Config) -> ConfigFile {
 /// A validated guard as the file would write it; `None` for the default.
 fn guard_table(guard: crate::config::CacheGuard) -> Option<crate::config::file::CacheGuardTable> {
     (guard != crate::config::CacheGuard::default()).then(|| crate::config::file::CacheGuardTable {
-        min_load: Some(guard.min_load),
-        load_ratio: Some(f64::from(guard.load_ratio_milli) / 1000.0),
+        min_load: guard.min_load,
+        load_ratio: guard
+            .load_ratio_milli
+            .map(|milli| f64::from(milli) / 1000.0),
     })
 }
 

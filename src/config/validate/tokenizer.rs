@@ -7,7 +7,10 @@
 //! parse or a template that does not compile is refused at `rolter check`
 //! and at reload, naming the file (and the template line), never at the
 //! first request. The snapshot built from this configuration gets the same
-//! loaded directory from the registry without reading it again.
+//! loaded directory from the registry without reading it again. A control
+//! node routes nothing and need not hold the directories: it checks the
+//! setting's shape only, and each gateway loads and checks the directory
+//! when it validates the fleet document.
 
 use std::path::PathBuf;
 
@@ -50,6 +53,12 @@ impl Validator<'_> {
             return None;
         }
         let dir = PathBuf::from(dir);
+        if !self.loads_model_dirs {
+            return Some(RouteTokenizer {
+                dir,
+                budget_bytes: budget as usize * 1024,
+            });
+        }
         if let Err(error) = registry().load(&dir) {
             self.error(format!("{here}.tokenizer"), error.to_string());
             return None;
@@ -73,10 +82,15 @@ impl Validator<'_> {
         let Some(table) = table else {
             return guard;
         };
-        if strategy.is_some_and(|s| s != StrategyKind::CacheAware) {
+        if strategy.is_some_and(|s| {
+            !matches!(
+                s,
+                StrategyKind::CacheAware | StrategyKind::PreciseCacheAware
+            )
+        }) {
             self.warn(
                 format!("{here}.cache_guard"),
-                "only `cache_aware` reads it; it has no effect under this strategy",
+                "only `cache_aware` and `precise_cache_aware` read it; it has no effect under this strategy",
             );
         }
         if let Some(min_load) = table.min_load {
@@ -86,12 +100,12 @@ impl Validator<'_> {
                     format!("must be 0 to 10000, got {min_load}"),
                 );
             } else {
-                guard.min_load = min_load;
+                guard.min_load = Some(min_load);
             }
         }
         if let Some(ratio) = table.load_ratio {
             if ratio.is_finite() && (1.0..=100.0).contains(&ratio) {
-                guard.load_ratio_milli = (ratio * 1000.0).round() as u32;
+                guard.load_ratio_milli = Some((ratio * 1000.0).round() as u32);
             } else {
                 self.error(
                     format!("{here}.cache_guard.load_ratio"),

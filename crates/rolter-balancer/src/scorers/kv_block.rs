@@ -23,19 +23,54 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::unit;
-use crate::{Candidates, KvBlockView, RouteContext, Scorer};
+use crate::{CacheGuard, Candidates, KvBlockView, RouteContext, Scorer, TargetStatsView};
 
 /// Scores eligible targets by resident KV blocks; see the module
 /// documentation.
 #[derive(Clone)]
 pub struct KvBlockScorer {
     view: Arc<dyn KvBlockView>,
+    /// When set, a warm target whose waiting requests trip the guard
+    /// scores 0: its prefix is worth less than the queue in front of it.
+    guard: Option<(CacheGuard, Arc<dyn TargetStatsView>)>,
 }
 
 impl KvBlockScorer {
     /// A scorer over the gateway's KV-block index.
     pub fn new(view: Arc<dyn KvBlockView>) -> Self {
-        Self { view }
+        Self { view, guard: None }
+    }
+
+    /// The same scorer with `cache_aware`'s load guard over the targets'
+    /// waiting requests (in flight, not past their first token): affinity
+    /// to an engine whose prefill queue is more than `guard.min_load` and
+    /// `guard.load_ratio` times the least loaded target's is dropped for
+    /// that pick, and load decides. Without it, a popular tenant's prefix
+    /// (weight 1.0 against load's 0.25) keeps one engine hot however long
+    /// its queue grows.
+    pub fn with_guard(mut self, guard: CacheGuard, stats: Arc<dyn TargetStatsView>) -> Self {
+        self.guard = Some((guard, stats));
+        self
+    }
+
+    /// Whether `target`'s queue trips the guard, given the candidates.
+    fn over_guard(&self, target: usize, targets: &Candidates<'_>) -> bool {
+        let Some((guard, stats)) = &self.guard else {
+            return false;
+        };
+        let waiting = |i: usize| {
+            stats
+                .waiting(i)
+                .unwrap_or(targets.loads[i])
+                .min(targets.loads[i])
+        };
+        let least = (0..targets.loads.len())
+            .filter(|&i| targets.eligible(i))
+            .map(waiting)
+            .min()
+            .unwrap_or(0);
+        let load = waiting(target);
+        load > guard.min_load && load as f64 > least as f64 * guard.load_ratio
     }
 }
 
@@ -62,7 +97,7 @@ impl Scorer for KvBlockScorer {
             return;
         };
         for (i, score) in scores.iter_mut().enumerate() {
-            if targets.eligible(i) {
+            if targets.eligible(i) && !self.over_guard(i, &targets) {
                 *score = self
                     .view
                     .resident_fraction(i, token_ids, ctx.adapter)
@@ -157,5 +192,53 @@ mod tests {
         ])));
         let got = scores(&scorer, &ctx(Some(&TOKENS)), &[0; 3], &|_| true);
         assert_eq!(got, [1.0, 0.0, 0.0]);
+    }
+
+    /// Target `i` has `waiting[i]` requests not past their first token.
+    struct Waiting(Vec<u64>);
+
+    impl crate::TargetStatsView for Waiting {
+        fn waiting(&self, target: usize) -> Option<u64> {
+            self.0.get(target).copied()
+        }
+    }
+
+    #[test]
+    fn a_warm_engine_with_a_prefill_queue_loses_its_affinity_to_the_guard() {
+        let view = Arc::new(FixedView::new(&[Some(0.9), Some(0.0), Some(0.0)]));
+        let guarded = |waiting: Vec<u64>| {
+            KvBlockScorer::new(view.clone())
+                .with_guard(CacheGuard::default(), Arc::new(Waiting(waiting)))
+        };
+        // Four streams decoding on the warm engine: its affinity stands.
+        let decoding = scores(
+            &guarded(vec![0, 0, 1]),
+            &ctx(Some(&TOKENS)),
+            &[4, 0, 1],
+            &|_| true,
+        );
+        assert_eq!(decoding, [0.9, 0.0, 0.0]);
+        // The same four waiting for their prefill: load decides.
+        let queued = scores(
+            &guarded(vec![4, 0, 1]),
+            &ctx(Some(&TOKENS)),
+            &[4, 0, 1],
+            &|_| true,
+        );
+        assert!(is_neutral(&queued), "{queued:?}");
+        // An ineligible idle target does not count as the least loaded.
+        let idle_out = scores(
+            &guarded(vec![3, 0, 3]),
+            &ctx(Some(&TOKENS)),
+            &[3, 0, 3],
+            &|i| i != 1,
+        );
+        assert_eq!((idle_out[0], idle_out[2]), (0.9, 0.0));
+        // Unguarded, as before.
+        let plain = KvBlockScorer::new(view.clone());
+        assert_eq!(
+            scores(&plain, &ctx(Some(&TOKENS)), &[9, 0, 0], &|_| true),
+            [0.9, 0.0, 0.0]
+        );
     }
 }

@@ -39,7 +39,7 @@ use crate::scorers::{
     SessionAffinityScorer, StaticWeightScorer,
 };
 use crate::strategy::BuildContext;
-use crate::{Candidates, LoadBalancer, RouteContext, Scorer};
+use crate::{CacheGuard, Candidates, LoadBalancer, RouteContext, Scorer};
 
 /// Routes up to this many targets are scored without allocating.
 const INLINE_TARGETS: usize = 64;
@@ -175,7 +175,8 @@ impl Pipeline {
             "precise_cache_aware",
             vec![
                 WeightedScorer::new(
-                    KvBlockScorer::new(ctx.kv_blocks.clone()),
+                    KvBlockScorer::new(ctx.kv_blocks.clone())
+                        .with_guard(ctx.cache_guard.over(CacheGuard::PRECISE), ctx.stats.clone()),
                     Self::PRECISE_KV_WEIGHT,
                 ),
                 WeightedScorer::new(LoadScorer::new(), Self::PRECISE_LOAD_WEIGHT),
