@@ -269,7 +269,8 @@ class Gateway:
 
 
 def start_engines(
-    rolter: Path, work: Path, processes: Processes, count: int, token_delay_ms: int
+    rolter: Path, work: Path, processes: Processes, count: int, token_delay_ms: int,
+    extra_args: tuple[str, ...] = (),
 ) -> list[tuple[str, str]]:
     engines = []
     for i in range(count):
@@ -279,7 +280,7 @@ def start_engines(
             name,
             [
                 str(rolter), "fake-llm", "--listen", "127.0.0.1:0", "--name", name,
-                "--token-delay-ms", str(token_delay_ms),
+                "--token-delay-ms", str(token_delay_ms), *extra_args,
             ],
             work / f"{name}.log",
             stdout=stdout,

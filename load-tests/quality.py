@@ -74,6 +74,7 @@ from quality_report import (
 from quality_workload import BLOCK_SIZE, Settings, Workload, build_workload
 
 DEFAULT_RESULTS = REPO / "load-tests" / "results"
+DEMO_TOKENIZER = REPO / "conf" / "demo-tokenizer"
 STRATEGIES = ["random", "round_robin", "cache_aware", "precise_cache_aware"]
 
 EXIT_OK, EXIT_FAIL, EXIT_SETUP, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -175,7 +176,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         decode_slowdown_pct=args.decode_slowdown_pct,
         tenant_skew=args.tenant_skew,
         preamble_tokens=pick(args.preamble_tokens, 300, 150),
-        tokenizer=str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
+        tokenizer=None if args.tokenizer == "simulated" else str(Path(args.tokenizer).resolve()),
         text_only=args.text_only,
     )
 
@@ -207,8 +208,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--decode-slowdown-pct", type=int, default=5, help="engines' per-token slowdown per other decoding sequence, in percent")
     p.add_argument("--tenant-skew", type=float, default=1.0, help="tenant popularity 1/(t+1)^skew (0: uniform)")
     p.add_argument("--preamble-tokens", type=int, help="tokens of a preamble shared by every tenant's system prompt (default 300; quick 150)")
-    p.add_argument("--tokenizer", help="a model directory the engines tokenize with (e.g. conf/demo-tokenizer); default the simulated tokenizer")
-    p.add_argument("--text-only", action="store_true", help="clients send text only; the routes tokenize with --tokenizer (which it needs)")
+    p.add_argument("--tokenizer", default=str(DEMO_TOKENIZER),
+                   help="the model directory the engines tokenize with; "
+                        "`simulated`: the fake engine's own word tokenizer")
+    p.add_argument("--text-only", action="store_true",
+                   help="clients send text only; the routes tokenize with --tokenizer (not `simulated`)")
     p.add_argument("--results", default=str(DEFAULT_RESULTS), help="directory for the JSON and Markdown results")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temporary directory (logs, configs)")
     args = p.parse_args(argv)
@@ -217,6 +221,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--strategies: unknown {', '.join(unknown)} (known: {', '.join(STRATEGIES)})")
     if args.engines < 1:
         p.error("--engines must be >= 1")
+    if args.text_only and args.tokenizer == "simulated":
+        p.error("--text-only needs a model directory in --tokenizer: the gateway cannot tokenize like the simulated one")
     return args
 
 
