@@ -41,40 +41,10 @@ fn prompt(seed: u32, blocks: usize) -> Vec<u32> {
         .collect()
 }
 
-async fn complete(gateway: &Gateway, model: &str, tokens: &[u32]) -> String {
-    let response = client()
-        .post(gateway.url("/v1/completions"))
-        .json(&json!({"model": model, "prompt": tokens, "max_tokens": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    served_by(&response)
-}
-
-async fn kv_index(gateway: &Gateway, provider: &str) -> Value {
-    let body: Value = client()
-        .get(format!("{}/admin/kv-index", gateway.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["kv_indexes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["provider"] == provider)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
 async fn wait_index(gateway: &Gateway, provider: &str, what: &str, check: impl Fn(&Value) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let index = kv_index(gateway, provider).await;
+        let index = gateway.kv_index(provider).await;
         if check(&index) {
             return;
         }
@@ -115,19 +85,19 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
 
     // The prompt's blocks land on b (pinned address), b publishes them.
     let shared = prompt(1, 8);
-    assert_eq!(complete(&gateway, "b/m", &shared).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &shared).await, "b");
     // A subscription may still be on its way when the first batch goes out
     // (ZeroMQ drops what a PUB socket sends before it knows the subscriber);
     // the next batch then joins with a replay from seq 0, which brings the
     // first one back. So nudge with a filler prompt until the blocks arrive.
     for filler in 0..10 {
-        let index = kv_index(&gateway, "b").await;
+        let index = gateway.kv_index("b").await;
         if index["blocks_resident"].as_u64().unwrap_or(0) >= 8 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
-            complete(&gateway, "b/m", &prompt(900 + filler, 1)).await,
+            gateway.complete_ids("b/m", &prompt(900 + filler, 1)).await,
             "b"
         );
     }
@@ -143,7 +113,7 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
     let mut longer = shared.clone();
     longer.extend(prompt(2, 2));
     for _ in 0..5 {
-        assert_eq!(complete(&gateway, "chat", &longer).await, "b");
+        assert_eq!(gateway.complete_ids("chat", &longer).await, "b");
     }
 
     // b clears its cache: the choice falls back to least load (c is idle).
@@ -152,23 +122,23 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
         i["events"]["all_blocks_cleared"]["applied"].as_u64() >= Some(1)
     })
     .await;
-    assert_eq!(complete(&gateway, "chat", &prompt(3, 4)).await, "c");
+    assert_eq!(gateway.complete_ids("chat", &prompt(3, 4)).await, "c");
 
     // A lost batch: b stores a prompt whose events are dropped (a gap),
     // then another; replay fills the gap and both are known.
     b.control(json!({"kv_drop_next": 1})).await;
     let gapped = prompt(4, 4);
-    assert_eq!(complete(&gateway, "b/m", &gapped).await, "b");
-    assert_eq!(complete(&gateway, "b/m", &prompt(5, 2)).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &gapped).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &prompt(5, 2)).await, "b");
     wait_index(&gateway, "b", "a replay", |i| {
         i["replays"]["ok"].as_u64() >= Some(1)
     })
     .await;
-    assert_eq!(complete(&gateway, "chat", &gapped).await, "b");
+    assert_eq!(gateway.complete_ids("chat", &gapped).await, "b");
 
     // An engine restart (seq back to 0): b's old blocks are gone.
     b.control(json!({"kv_restart": true})).await;
-    assert_eq!(complete(&gateway, "b/m", &prompt(6, 1)).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &prompt(6, 1)).await, "b");
     wait_index(&gateway, "b", "a restart reset", |i| {
         i["resets"]["restart"].as_u64() >= Some(1)
     })
@@ -178,7 +148,7 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
     })
     .await;
     assert_eq!(
-        complete(&gateway, "chat", &gapped).await,
+        gateway.complete_ids("chat", &gapped).await,
         "c",
         "stale blocks still count"
     );

@@ -89,40 +89,13 @@ fn reference(family: &str, case: &str) -> Reference {
     }
 }
 
-async fn complete_ids(gateway: &Gateway, model: &str, ids: &[u32]) -> String {
-    let response = client()
-        .post(gateway.url("/v1/completions"))
-        .json(&json!({"model": model, "prompt": ids, "max_tokens": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    served_by(&response)
-}
-
-async fn resident_blocks(gateway: &Gateway, provider: &str) -> u64 {
-    let body: Value = client()
-        .get(format!("{}/admin/kv-index", gateway.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["kv_indexes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| i["provider"] == provider)
-        .and_then(|i| i["blocks_resident"].as_u64())
-        .unwrap_or(0)
-}
-
 /// A stream held open on `provider`: load that least-load routing avoids.
+/// 6,000 tokens at 10 ms (60 s) outlast every step of the test on a loaded
+/// machine (each step starts a Python SDK client); the engines stop with
+/// the test.
 fn hold(gateway: &Gateway, provider: &str) -> tokio::task::JoinHandle<()> {
     let url = gateway.url("/v1/completions");
-    let body = json!({"model": format!("{provider}/chat"), "prompt": "hold", "max_tokens": 600, "stream": true});
+    let body = json!({"model": format!("{provider}/chat"), "prompt": "hold", "max_tokens": 6000, "stream": true});
     tokio::spawn(async move {
         if let Ok(response) = client().post(url).json(&body).send().await {
             let _ = response.bytes().await;
@@ -200,19 +173,26 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
     // b prefills the conversation as transformers tokenizes it and
     // publishes its blocks. A subscriber that joined late gets them back
     // by replay once the next batch shows the gap.
-    assert_eq!(complete_ids(&gateway, "b/m", &reference.ids).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &reference.ids).await, "b");
     for filler in 0..20u32 {
-        if resident_blocks(&gateway, "b").await as usize >= blocks {
+        if gateway.kv_index("b").await["blocks_resident"]
+            .as_u64()
+            .unwrap_or(0) as usize
+            >= blocks
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(
-            complete_ids(&gateway, "b/m", &[7_000 + filler; BLOCK]).await,
+            gateway.complete_ids("b/m", &[7_000 + filler; BLOCK]).await,
             "b"
         );
     }
     assert!(
-        resident_blocks(&gateway, "b").await as usize >= blocks,
+        gateway.kv_index("b").await["blocks_resident"]
+            .as_u64()
+            .unwrap_or(0) as usize
+            >= blocks,
         "b's blocks never arrived"
     );
 

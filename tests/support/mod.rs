@@ -311,6 +311,39 @@ impl Gateway {
             .await
             .expect("chat request")
     }
+
+    /// A completion of the token-id prompt `ids` for `model`, answered 200;
+    /// the provider that served it.
+    pub async fn complete_ids(&self, model: &str, ids: &[u32]) -> String {
+        let response = client()
+            .post(self.url("/v1/completions"))
+            .json(&serde_json::json!({"model": model, "prompt": ids, "max_tokens": 2}))
+            .send()
+            .await
+            .expect("completion request");
+        assert_eq!(response.status(), 200);
+        served_by(&response)
+    }
+
+    /// `provider`'s entry of `GET /admin/kv-index`, `null` when it has none.
+    pub async fn kv_index(&self, provider: &str) -> serde_json::Value {
+        let body: serde_json::Value = client()
+            .get(format!("{}/admin/kv-index", self.admin_url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("kv-index request")
+            .json()
+            .await
+            .expect("kv-index json");
+        body["kv_indexes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["provider"] == provider)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null)
+    }
 }
 
 /// Waits until the admin listener at `admin` answers `/readyz`; fails at
