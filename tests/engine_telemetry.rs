@@ -9,34 +9,9 @@ use serde_json::{json, Value};
 
 use support::*;
 
-const BLOCK: usize = 16;
-
-fn kv_engine(name: &str) -> FakeEngine {
-    FakeEngine::start(
-        name,
-        &[
-            "--kv-events",
-            "tcp://127.0.0.1:0",
-            "--kv-replay",
-            "tcp://127.0.0.1:0",
-            "--block-size",
-            "16",
-        ],
-    )
-}
-
-fn kv_provider(name: &str, engine: &FakeEngine) -> String {
-    format!(
-        "{}[providers.kv_events]\nendpoint = \"{}\"\nreplay_endpoint = \"{}\"\nblock_size = {BLOCK}\n\n",
-        provider(name, &engine.url()),
-        engine.kv_events.as_deref().expect("kv-events address"),
-        engine.kv_replay.as_deref().expect("replay address"),
-    )
-}
-
 /// A prompt of `blocks` full blocks of token ids, distinct per `seed`.
 fn prompt(seed: u32, blocks: usize) -> Vec<u32> {
-    (0..(blocks * BLOCK) as u32)
+    (0..(blocks * KV_BLOCK) as u32)
         .map(|i| 1000 + seed * 10_000 + i)
         .collect()
 }

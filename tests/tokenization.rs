@@ -19,31 +19,6 @@ use serde_json::{json, Value};
 
 use support::*;
 
-const BLOCK: usize = 16;
-
-fn kv_engine(name: &str) -> FakeEngine {
-    FakeEngine::start(
-        name,
-        &[
-            "--kv-events",
-            "tcp://127.0.0.1:0",
-            "--kv-replay",
-            "tcp://127.0.0.1:0",
-            "--block-size",
-            "16",
-        ],
-    )
-}
-
-fn kv_provider(name: &str, engine: &FakeEngine) -> String {
-    format!(
-        "{}[providers.kv_events]\nendpoint = \"{}\"\nreplay_endpoint = \"{}\"\nblock_size = {BLOCK}\n\n",
-        provider(name, &engine.url()),
-        engine.kv_events.as_deref().expect("kv-events address"),
-        engine.kv_replay.as_deref().expect("replay address"),
-    )
-}
-
 /// The fixture's model directories and the reference ids of one case.
 struct Reference {
     _dir: tempfile::TempDir,
@@ -161,7 +136,7 @@ fn counted(metrics: &str, source: &str, reason: &str) -> u64 {
 #[tokio::test]
 async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
     let reference = reference("chatml", "long_conversation");
-    let blocks = reference.ids.len() / BLOCK;
+    let blocks = reference.ids.len() / KV_BLOCK;
     assert!(blocks >= 8, "a conversation of {blocks} blocks");
     let (a, b, c) = (kv_engine("a"), kv_engine("b"), kv_engine("c"));
     for engine in [&a, &b, &c] {
@@ -184,7 +159,9 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(
-            gateway.complete_ids("b/m", &[7_000 + filler; BLOCK]).await,
+            gateway
+                .complete_ids("b/m", &[7_000 + filler; KV_BLOCK])
+                .await,
             "b"
         );
     }

@@ -429,6 +429,36 @@ pub fn provider(name: &str, base_url: &str) -> String {
     format!("[[providers]]\nname = \"{name}\"\nbase_url = \"{base_url}\"\n\n")
 }
 
+/// Tokens per KV block of [`kv_engine`]s.
+pub const KV_BLOCK: usize = 16;
+
+/// A fake engine publishing KV events (and answering replays) in blocks of
+/// [`KV_BLOCK`] tokens.
+pub fn kv_engine(name: &str) -> FakeEngine {
+    let block = KV_BLOCK.to_string();
+    FakeEngine::start(
+        name,
+        &[
+            "--kv-events",
+            "tcp://127.0.0.1:0",
+            "--kv-replay",
+            "tcp://127.0.0.1:0",
+            "--block-size",
+            &block,
+        ],
+    )
+}
+
+/// `[[providers]]` for a [`kv_engine`], with its `[providers.kv_events]`.
+pub fn kv_provider(name: &str, engine: &FakeEngine) -> String {
+    format!(
+        "{}[providers.kv_events]\nendpoint = \"{}\"\nreplay_endpoint = \"{}\"\nblock_size = {KV_BLOCK}\n\n",
+        provider(name, &engine.url()),
+        engine.kv_events.as_deref().expect("kv-events address"),
+        engine.kv_replay.as_deref().expect("replay address"),
+    )
+}
+
 pub fn chat_body(model: &str, content: &str) -> serde_json::Value {
     serde_json::json!({
         "model": model,
