@@ -472,8 +472,9 @@ pub struct RouteTable {
     /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
     /// target keeps a request unless its waiting requests (queued or in
     /// prefill) exceed `min_load` and `load_ratio` times the least loaded
-    /// target's. Default: `{ min_load = 2, load_ratio = 1.5 }`. Read only by
-    /// those two strategies.
+    /// target's. Default: 2 and 1.5 under `cache_aware`, 4 and 2.0 under
+    /// `precise_cache_aware`; a field left out keeps the strategy's
+    /// default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// Where requests for `model` go. Required, non-empty.
@@ -552,8 +553,9 @@ pub struct ProviderGroupTable {
     /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
     /// target keeps a request unless its waiting requests (queued or in
     /// prefill) exceed `min_load` and `load_ratio` times the least loaded
-    /// target's. Default: `{ min_load = 2, load_ratio = 1.5 }`. Read only by
-    /// those two strategies.
+    /// target's. Default: 2 and 1.5 under `cache_aware`, 4 and 2.0 under
+    /// `precise_cache_aware`; a field left out keeps the strategy's
+    /// default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// The group's providers. Required, non-empty, each provider at most

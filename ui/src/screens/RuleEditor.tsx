@@ -19,6 +19,13 @@ const TOKENIZER_HELP = FIELD_HELP.RouteTable;
 /// The Rust field docs of `cache_guard`.
 const GUARD_HELP = FIELD_HELP.CacheGuardTable;
 
+/** The strategies that read `cache_guard`, and their defaults (the balancer's
+ * `CacheGuard::default()` and `CacheGuard::PRECISE`). */
+const GUARD_DEFAULTS: Record<string, { min_load: string; load_ratio: string }> = {
+  cache_aware: { min_load: "2", load_ratio: "1.5" },
+  precise_cache_aware: { min_load: "4", load_ratio: "2.0" },
+};
+
 type Kind = "route" | "group";
 
 interface Saved {
@@ -121,6 +128,7 @@ function EditorForm(props: {
   const saved = busy || error ? null : props.saved;
 
   const effective = effectiveStrategy(strategy);
+  const guardDefault = GUARD_DEFAULTS[effective];
   const shares = trafficShares(effective, drafts.map((d) => ({ weight: /^\d+$/.test(d.weight) ? Number(d.weight) : null })));
 
   const update = (id: number, patch: Partial<EntryDraft>) =>
@@ -292,7 +300,7 @@ function EditorForm(props: {
               />
               <div className="help">{TOKENIZER_HELP.tokenizer_budget_kib}</div>
             </div>
-            {effective === "cache_aware" && (
+            {guardDefault && (
               <>
                 <label htmlFor="rule-guard-min">Guard: waiting requests</label>
                 <div>
@@ -301,7 +309,7 @@ function EditorForm(props: {
                     value={guardMin}
                     inputMode="numeric"
                     onChange={(e) => setGuardMin(e.target.value)}
-                    placeholder="2"
+                    placeholder={guardDefault.min_load}
                   />
                   <div className="help">{GUARD_HELP.min_load}</div>
                 </div>
@@ -312,7 +320,7 @@ function EditorForm(props: {
                     value={guardRatio}
                     inputMode="decimal"
                     onChange={(e) => setGuardRatio(e.target.value)}
-                    placeholder="1.5"
+                    placeholder={guardDefault.load_ratio}
                   />
                   <div className="help">{GUARD_HELP.load_ratio}</div>
                 </div>
