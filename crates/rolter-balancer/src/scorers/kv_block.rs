@@ -53,24 +53,26 @@ impl KvBlockScorer {
         self
     }
 
-    /// Whether `target`'s queue trips the guard, given the candidates.
-    fn over_guard(&self, target: usize, targets: &Candidates<'_>) -> bool {
-        let Some((guard, stats)) = &self.guard else {
-            return false;
-        };
-        let waiting = |i: usize| {
-            stats
-                .waiting(i)
-                .unwrap_or(targets.loads[i])
-                .min(targets.loads[i])
-        };
+    /// Target `i`'s waiting requests (in flight when the view does not
+    /// know), under the guard's view.
+    fn waiting(stats: &dyn TargetStatsView, targets: &Candidates<'_>, i: usize) -> u64 {
+        let in_flight = targets.loads[i];
+        stats.waiting(i).unwrap_or(in_flight).min(in_flight)
+    }
+
+    /// The guard, its view and the least waiting requests of an eligible
+    /// target, found once per pick; `None` without a guard.
+    fn guard_for(
+        &self,
+        targets: &Candidates<'_>,
+    ) -> Option<(CacheGuard, &dyn TargetStatsView, u64)> {
+        let (guard, stats) = self.guard.as_ref()?;
         let least = (0..targets.loads.len())
             .filter(|&i| targets.eligible(i))
-            .map(waiting)
+            .map(|i| Self::waiting(stats.as_ref(), targets, i))
             .min()
             .unwrap_or(0);
-        let load = waiting(target);
-        load > guard.min_load && load as f64 > least as f64 * guard.load_ratio
+        Some((*guard, stats.as_ref(), least))
     }
 }
 
@@ -96,8 +98,14 @@ impl Scorer for KvBlockScorer {
         let Some(token_ids) = ctx.token_ids.filter(|ids| !ids.is_empty()) else {
             return;
         };
+        let guard = self.guard_for(&targets);
+        let over_guard = |i: usize| {
+            guard.is_some_and(|(guard, stats, least)| {
+                guard.trips(Self::waiting(stats, &targets, i), least)
+            })
+        };
         for (i, score) in scores.iter_mut().enumerate() {
-            if targets.eligible(i) && !self.over_guard(i, &targets) {
+            if targets.eligible(i) && !over_guard(i) {
                 *score = self
                     .view
                     .resident_fraction(i, token_ids, ctx.adapter)

@@ -106,6 +106,12 @@ impl Default for CacheGuard {
 }
 
 impl CacheGuard {
+    /// Whether a warm target with `load` waiting requests gives a request
+    /// up when the least loaded eligible target has `least`.
+    pub fn trips(self, load: u64, least: u64) -> bool {
+        load > self.min_load && load as f64 > least as f64 * self.load_ratio
+    }
+
     /// `precise_cache_aware`'s default: its affinity is to blocks the engine
     /// really holds, so it tolerates a longer queue before giving them up
     /// (on `load-tests/quality.py` with two prefill slots per engine, 4 and
@@ -216,7 +222,7 @@ impl CacheAware {
     /// Whether a warm target at `load` must give the request up when the
     /// least loaded eligible target is at `least`.
     fn guard_trips(&self, load: u64, least: u64) -> bool {
-        load > self.guard.min_load && load as f64 > least as f64 * self.guard.load_ratio
+        self.guard.trips(load, least)
     }
 
     /// The load the guard compares: waiting requests, then in flight.
