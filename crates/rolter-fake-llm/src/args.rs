@@ -107,6 +107,13 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "US", default_value_t = 50)]
     pub prefill_us_per_token: u64,
 
+    /// Sequences in the running batch at once (vLLM's `--max-num-seqs`);
+    /// later requests wait in the engine's queue in arrival order and are
+    /// reported in `vllm:num_requests_waiting` (0: unlimited). See
+    /// `scheduler.rs`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_num_seqs: usize,
+
     /// Requests prefilled at once; the rest wait in arrival order (0:
     /// unlimited). See `scheduler.rs`.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -214,6 +221,7 @@ impl Default for FakeLlmArgs {
             retry_after: None,
             prefill_us_per_token: 50,
             tokenizer: None,
+            max_num_seqs: 0,
             prefill_slots: 0,
             decode_slowdown_pct: 0,
             block_size: DEFAULT_BLOCK_SIZE,

@@ -219,6 +219,7 @@ async fn generate(
         );
         response
     } else {
+        let _seq = engine.scheduler.join_batch().await;
         if ttft_ms > 0 {
             tokio::time::sleep(Duration::from_millis(ttft_ms)).await;
         }
@@ -388,7 +389,10 @@ fn metrics(engine: &Engine) -> Response {
             .first()
             .map_or("fake-model", String::as_str),
     );
-    let running = engine.stats.running();
+    // vLLM counts a request as running once it holds a place in the batch;
+    // the rest are waiting.
+    let waiting = engine.scheduler.waiting();
+    let running = engine.stats.running().saturating_sub(waiting);
     let completed = engine.stats.completed();
     let requests = engine.stats.requests();
     let usage = engine.kv.usage();
@@ -400,7 +404,7 @@ fn metrics(engine: &Engine) -> Response {
          vllm:num_requests_running{{model_name=\"{model}\"}} {running}\n\
          # HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
          # TYPE vllm:num_requests_waiting gauge\n\
-         vllm:num_requests_waiting{{model_name=\"{model}\"}} 0\n\
+         vllm:num_requests_waiting{{model_name=\"{model}\"}} {waiting}\n\
          # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
          # TYPE vllm:kv_cache_usage_perc gauge\n\
          vllm:kv_cache_usage_perc{{model_name=\"{model}\"}} {usage:?}\n\

@@ -134,6 +134,7 @@ impl Engine {
             kv: KvState::new(args, publisher),
             tokenizer,
             scheduler: Arc::new(scheduler::Scheduler::new(
+                args.max_num_seqs,
                 args.prefill_slots,
                 f64::from(args.decode_slowdown_pct) / 100.0,
             )),

@@ -1,5 +1,5 @@
-//! The engine's timing under load: prefill slots with a queue, and decode
-//! slowed by the batch.
+//! The engine's timing under load: a bounded running batch with a waiting
+//! queue, prefill slots, and decode slowed by the batch.
 //!
 //! A real engine prefills a bounded number of requests at once (vLLM's
 //! token budget per step; two slots is a fair model of a busy GPU) and
@@ -8,6 +8,10 @@
 //! engine's time to first token never grows with its queue, so a router
 //! that piles requests onto one engine is never punished for it.
 //!
+//! `--max-num-seqs N` (vLLM's flag; 0: unlimited) bounds the sequences in
+//! the running batch: a request beyond it waits in the engine's queue, in
+//! arrival order, until one finishes, and is reported in
+//! `vllm:num_requests_waiting` meanwhile; its first token waits with it.
 //! `--prefill-slots N` (0: unlimited, the old behaviour) bounds concurrent
 //! prefills; a request waits for a slot in FIFO order (tokio's semaphore is
 //! fair) and holds it for its prefill time, `uncached tokens x
@@ -18,22 +22,52 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 #[derive(Debug)]
 pub(crate) struct Scheduler {
+    /// Places in the running batch (`--max-num-seqs`).
+    seqs: Option<Arc<Semaphore>>,
     prefill_slots: Option<Semaphore>,
     decoding: AtomicU64,
+    /// Requests waiting for a place in the batch or a prefill slot.
+    waiting: AtomicU64,
     decode_slowdown: f64,
 }
 
+/// A request's place in the running batch, held until it is dropped (the
+/// answer ended or the client went away).
+#[derive(Debug)]
+pub(crate) struct Seq {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
 impl Scheduler {
-    pub(crate) fn new(prefill_slots: usize, decode_slowdown: f64) -> Self {
+    pub(crate) fn new(max_num_seqs: usize, prefill_slots: usize, decode_slowdown: f64) -> Self {
         Scheduler {
+            seqs: (max_num_seqs > 0).then(|| Arc::new(Semaphore::new(max_num_seqs))),
             prefill_slots: (prefill_slots > 0).then(|| Semaphore::new(prefill_slots)),
             decoding: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             decode_slowdown: decode_slowdown.max(0.0),
+        }
+    }
+
+    /// Requests in the engine's queue now (`vllm:num_requests_waiting`).
+    pub(crate) fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Waits for a place in the running batch (FIFO: tokio's semaphore is
+    /// fair); counted as waiting meanwhile.
+    pub(crate) async fn join_batch(&self) -> Seq {
+        let Some(seqs) = &self.seqs else {
+            return Seq { _permit: None };
+        };
+        let _queued = Waiting::count(&self.waiting);
+        Seq {
+            _permit: Arc::clone(seqs).acquire_owned().await.ok(),
         }
     }
 
@@ -42,7 +76,10 @@ impl Scheduler {
     pub(crate) async fn prefill(&self, prefill_ms: u64) -> u64 {
         let queued = Instant::now();
         let _slot = match &self.prefill_slots {
-            Some(slots) => slots.acquire().await.ok(),
+            Some(slots) => {
+                let _queued = Waiting::count(&self.waiting);
+                slots.acquire().await.ok()
+            }
             None => None,
         };
         let waited = queued.elapsed().as_millis() as u64;
@@ -68,6 +105,23 @@ impl Scheduler {
     }
 }
 
+/// One request counted as waiting until dropped (also when the wait is
+/// cancelled by a client that left).
+struct Waiting<'a>(&'a AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn count(waiting: &'a AtomicU64) -> Self {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One sequence in the decode batch.
 #[derive(Debug)]
 pub(crate) struct DecodeSlot {
@@ -86,7 +140,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn prefills_queue_for_their_slots_in_order() {
-        let scheduler = Arc::new(Scheduler::new(2, 0.0));
+        let scheduler = Arc::new(Scheduler::new(0, 2, 0.0));
         let waits: Vec<_> = (0..4)
             .map(|_| {
                 let scheduler = Arc::clone(&scheduler);
@@ -102,13 +156,37 @@ mod tests {
             [0, 0, 100, 100],
             "two slots: the last two wait one prefill"
         );
-        let unlimited = Scheduler::new(0, 0.0);
+        let unlimited = Scheduler::new(0, 0, 0.0);
         assert_eq!(unlimited.prefill(0).await, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_max_num_seqs_requests_wait_and_are_counted() {
+        let scheduler = Arc::new(Scheduler::new(2, 0, 0.0));
+        let first = scheduler.join_batch().await;
+        let _second = scheduler.join_batch().await;
+        assert_eq!(scheduler.waiting(), 0);
+        let third = {
+            let scheduler = Arc::clone(&scheduler);
+            tokio::spawn(async move { scheduler.join_batch().await })
+        };
+        let fourth = {
+            let scheduler = Arc::clone(&scheduler);
+            tokio::spawn(async move { scheduler.join_batch().await })
+        };
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(scheduler.waiting(), 2, "two past the batch wait");
+        fourth.abort();
+        let _ = fourth.await;
+        assert_eq!(scheduler.waiting(), 1, "a cancelled wait leaves the queue");
+        drop(first);
+        let _third = third.await.unwrap();
+        assert_eq!(scheduler.waiting(), 0);
     }
 
     #[test]
     fn decode_slows_with_the_batch() {
-        let scheduler = Arc::new(Scheduler::new(0, 0.5));
+        let scheduler = Arc::new(Scheduler::new(0, 0, 0.5));
         let first = scheduler.decode();
         assert_eq!(scheduler.token_delay(10), 10, "alone");
         let second = scheduler.decode();

@@ -85,8 +85,12 @@ impl Endpoint {
 pub(crate) struct Stats {
     requests: AtomicU64,
     in_flight: AtomicU64,
-    /// Generation requests in flight (`vllm:num_requests_running`).
+    /// Generation requests in flight (`vllm:num_requests_running` plus
+    /// `vllm:num_requests_waiting`).
     running: AtomicU64,
+    /// The most generation requests ever in flight at once: what a test of
+    /// the gateway's concurrency limits reads.
+    peak_running: AtomicU64,
     completed: AtomicU64,
     cancelled: AtomicU64,
     reset: AtomicU64,
@@ -144,7 +148,8 @@ impl Stats {
         self.in_flight.fetch_add(1, Relaxed);
         let generation = endpoint.is_generation();
         if generation {
-            self.running.fetch_add(1, Relaxed);
+            let now = self.running.fetch_add(1, Relaxed) + 1;
+            self.peak_running.fetch_max(now, Relaxed);
         }
         if let Some(slot) = Endpoint::ALL.iter().position(|e| *e == endpoint) {
             self.by_path[slot].fetch_add(1, Relaxed);
@@ -182,6 +187,8 @@ impl Stats {
         json!({
             "requests": self.requests.load(Relaxed),
             "in_flight": self.in_flight.load(Relaxed),
+            "running": self.running.load(Relaxed),
+            "peak_running": self.peak_running.load(Relaxed),
             "completed": self.completed.load(Relaxed),
             "cancelled": self.cancelled.load(Relaxed),
             "reset": self.reset.load(Relaxed),
@@ -206,6 +213,11 @@ mod tests {
         let open = stats.begin(Endpoint::Health, 0);
         assert_eq!(stats.running(), 2);
         drop((done, cut));
+        assert_eq!(
+            stats.to_json()["peak_running"],
+            2,
+            "two generation requests at once"
+        );
         let doc = stats.to_json();
         assert_eq!(doc["requests"], 4);
         assert_eq!(doc["in_flight"], 1);

@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::model::token;
 use super::request::GenerationKind;
-use super::scheduler::{DecodeSlot, Scheduler};
+use super::scheduler::{DecodeSlot, Scheduler, Seq};
 use super::stats::RequestGuard;
 use std::sync::Arc;
 
@@ -128,6 +128,8 @@ struct TokenStream {
     scheduler: Arc<Scheduler>,
     /// Held from the first token on: this stream is in the decode batch.
     decoding: Option<DecodeSlot>,
+    /// Its place in the running batch, taken before the first token.
+    seq: Option<Seq>,
     /// Milliseconds the prefill waited for a slot, reported in the usage chunk.
     queue_ms: u64,
 }
@@ -154,6 +156,10 @@ impl TokenStream {
         }
         // Past the end without a reset: the guard was completed with [DONE].
         let (event, delay_ms) = next?;
+        if self.seq.is_none() {
+            // Headers are out; the first token waits for a place in the batch.
+            self.seq = Some(self.scheduler.join_batch().await);
+        }
         let delay_ms = if self.decoding.is_some() {
             self.scheduler.token_delay(delay_ms)
         } else {
@@ -234,6 +240,7 @@ pub(crate) fn sse_body(plan: StreamPlan, guard: RequestGuard, scheduler: Arc<Sch
         guard,
         scheduler,
         decoding: None,
+        seq: None,
         queue_ms: 0,
     };
     Body::from_stream(stream::unfold(state, TokenStream::step))
@@ -305,8 +312,9 @@ mod tests {
                 next: 0,
                 ended: false,
                 guard,
-                scheduler: Arc::new(Scheduler::new(0, 0.0)),
+                scheduler: Arc::new(Scheduler::new(0, 0, 0.0)),
                 decoding: None,
+                seq: None,
                 queue_ms: 0,
             };
             for (event, _) in events(&stream.plan) {

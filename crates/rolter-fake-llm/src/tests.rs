@@ -619,3 +619,69 @@ fn first_line_names_every_bound_socket() {
         "fake-llm listening on http://127.0.0.1:8000 kv-events tcp://127.0.0.1:5557 replay tcp://127.0.0.1:5558"
     );
 }
+
+/// The gauge `name` of `/metrics`, for the default model.
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{name}{{model_name=\"fake-model\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn past_max_num_seqs_requests_queue_and_metrics_say_so() {
+    let engine = TestEngine::start(FakeLlmArgs {
+        max_num_seqs: 1,
+        token_delay_ms: 100,
+        ..FakeLlmArgs::default()
+    })
+    .await;
+    let request = json!({"model": "m", "prompt": "hi", "max_tokens": 4, "stream": true});
+    let first = engine.post("/v1/completions", &request).await;
+    let mut first_body = first.bytes_stream();
+    // The first holds the batch's only place from its first token on.
+    first_body
+        .next()
+        .await
+        .expect("first chunk")
+        .expect("bytes");
+    let started = Instant::now();
+    let second = engine.post("/v1/completions", &request).await;
+    assert_eq!(second.status(), 200, "headers go out at once, as vLLM's do");
+    let mut second_body = second.bytes_stream();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let metrics = loop {
+        let metrics = engine.get_text("/metrics").await;
+        if gauge(&metrics, "vllm:num_requests_waiting") == Some(1.0) || Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        gauge(&metrics, "vllm:num_requests_waiting"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        gauge(&metrics, "vllm:num_requests_running"),
+        Some(1.0),
+        "{metrics}"
+    );
+    second_body
+        .next()
+        .await
+        .expect("second's first chunk")
+        .expect("bytes");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the second's first token waits for the first to finish its 4 tokens: {waited:?}"
+    );
+    while first_body.next().await.is_some() {}
+    while second_body.next().await.is_some() {}
+    let stats = engine.stats().await;
+    assert_eq!(stats["peak_running"], 2, "{stats}");
+    let metrics = engine.get_text("/metrics").await;
+    assert_eq!(gauge(&metrics, "vllm:num_requests_waiting"), Some(0.0));
+}
