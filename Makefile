@@ -55,11 +55,12 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	scripts/fuzz-smoke
 
-# Criterion benchmarks of the balancer and of routing tokenization (stop by
-# themselves, ~2 minutes).
+# Criterion benchmarks of the balancer, of routing tokenization, and of flow
+# control and engine-reported load (stop by themselves, ~3 minutes).
 bench:
 	$(CARGO) bench --locked -p rolter-balancer
 	$(CARGO) bench --locked -p rolter-tokenize
+	$(CARGO) bench --locked -p rolter --bench flow
 
 # The gateway side by side with nginx and the engine direct, on the same
 # pinned cores (load-tests/compare.py; ~18 min, BENCH_ARGS=--quick for a

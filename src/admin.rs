@@ -142,6 +142,7 @@ impl AdminApp {
                 health_panic: route.metrics.health_panic.load(Ordering::Relaxed),
                 tokenizer: route.tokenizer.as_ref().map(TokenizerView::of),
                 token_sources: token_sources(&route.metrics),
+                queued: route.queue.len(),
                 report: ReportView::from(route.balancer.report()),
                 targets: route
                     .targets
@@ -269,6 +270,8 @@ struct RouteView<'a> {
     tokenizer: Option<TokenizerView>,
     /// Where its requests' routing token ids came from.
     token_sources: Vec<TokenSourceView>,
+    /// Requests waiting in flow control for one of its targets.
+    queued: u64,
     targets: Vec<TargetView<'a>>,
     report: ReportView,
 }
@@ -428,6 +431,19 @@ struct TargetView<'a> {
     kv_index: Option<KvIndexView>,
     /// The provider's LMCache signal, when it has `lmcache`.
     lmcache: Option<LmcacheView>,
+    /// The load strategies read: the engine's reported running + waiting
+    /// plus what this node sent since, never below `in_flight`
+    /// (`tracker/engine.rs`); `in_flight` alone without a fresh reading.
+    combined_load: u64,
+    /// The engine's last reading for this target, and its age; `None`
+    /// when its metrics are not read or never answered.
+    engine_reading: Option<crate::tracker::ReadingSummary>,
+    /// How the provider's `engine_metrics` polls go; `None` when off.
+    engine_metrics: Option<crate::tracker::PollSummary>,
+    /// The provider's `max_concurrency`, when it has one.
+    max_concurrency: Option<u64>,
+    /// Why it takes no new request now; `None` when it takes them.
+    saturated: Option<crate::tracker::SaturatedBy>,
 }
 
 impl<'a> TargetView<'a> {
@@ -453,6 +469,11 @@ impl<'a> TargetView<'a> {
                 .map(|until| until.saturating_sub(now)),
             kv_index: sources.kv.get(provider.slug.as_str()).cloned(),
             lmcache: sources.lmcache.get(provider.slug.as_str()).cloned(),
+            combined_load: stats.combined_load(now),
+            engine_reading: stats.reading(now),
+            engine_metrics: stats.engine().poll_summary(now),
+            max_concurrency: provider.max_concurrency,
+            saturated: stats.saturation(now, &sources.saturation, provider.max_concurrency),
         }
     }
 }
@@ -484,6 +505,7 @@ struct LmcacheView {
 struct EngineSources {
     kv: std::collections::HashMap<String, KvIndexView>,
     lmcache: std::collections::HashMap<String, LmcacheView>,
+    saturation: crate::tracker::SaturationPolicy,
 }
 
 impl EngineSources {
@@ -540,7 +562,11 @@ impl EngineSources {
                 (p.slug.clone(), view)
             })
             .collect();
-        EngineSources { kv, lmcache }
+        EngineSources {
+            kv,
+            lmcache,
+            saturation: snapshot.limits.saturation,
+        }
     }
 }
 

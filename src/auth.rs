@@ -34,6 +34,9 @@ pub struct Caller {
     /// The key's `rpm` / `max_concurrent` over its counters; `None` for
     /// anonymous callers, who are not limited.
     limits: Option<KeyLimits>,
+    /// Flow control's priority band (`api_keys.priority`); 0 for anonymous
+    /// callers.
+    pub priority: i32,
 }
 
 impl Caller {
@@ -44,6 +47,7 @@ impl Caller {
             models: None,
             providers: None,
             limits: None,
+            priority: 0,
         })
     }
 
@@ -167,6 +171,7 @@ impl ApiKeys {
                     k.max_concurrent,
                     rate_limits.counters(&k.name),
                 )),
+                priority: k.priority,
             });
             (k.digest.clone(), caller)
         });
@@ -216,6 +221,7 @@ mod tests {
             providers: providers.iter().map(|s| s.to_string()).collect(),
             rpm: 0,
             max_concurrent: 0,
+            priority: 0,
         }
     }
 

@@ -84,6 +84,8 @@ pub struct Config {
     pub health: Health,
     pub breaker: Breaker,
     pub parking: Parking,
+    pub saturation: Saturation,
+    pub flow_control: FlowControl,
     /// `[control_plane]`: `Some` exactly when the role is `Gateway` or
     /// `Control`.
     pub control_plane: Option<ControlPlane>,
@@ -274,8 +276,71 @@ pub struct Provider {
     pub kv_events: Option<KvEvents>,
     /// The LMCache occupancy signal, when there is one.
     pub lmcache: Option<Lmcache>,
+    /// Requests this node sends at once before the engine counts as
+    /// saturated; `None`: no limit.
+    pub max_concurrency: Option<u64>,
+    /// Where the engine's own load is read, when it is.
+    pub engine_metrics: Option<EngineMetrics>,
     /// How an `https://` base URL is verified; unused for `http://`.
     pub tls: UpstreamTls,
+}
+
+/// `[providers.engine_metrics]`, enabled: the engine's Prometheus metrics
+/// (vLLM's or SGLang's series, told apart by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineMetrics {
+    /// `http://` or `https://` URL with a host; path and query allowed.
+    pub endpoint: String,
+    /// Between two reads; 50 ms to 1 min.
+    pub poll_interval: Duration,
+    /// A reading older than this is not used; > `poll_interval`.
+    pub stale_after: Duration,
+}
+
+/// `[saturation]`: when an engine counts as full (besides its provider's
+/// `max_concurrency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saturation {
+    /// Waiting requests the engine reports, from which it is saturated.
+    pub max_waiting: u64,
+    /// KV-cache usage the engine reports, in thousandths (so the
+    /// configuration stays `Eq`), from which it is saturated; 1..=1000.
+    pub max_kv_usage_milli: u32,
+}
+
+impl Saturation {
+    pub fn max_kv_usage(&self) -> f64 {
+        f64::from(self.max_kv_usage_milli) / 1000.0
+    }
+}
+
+impl Default for Saturation {
+    fn default() -> Self {
+        Saturation {
+            max_waiting: file::DEFAULT_SATURATION_MAX_WAITING,
+            max_kv_usage_milli: (file::DEFAULT_SATURATION_MAX_KV_USAGE * 1000.0) as u32,
+        }
+    }
+}
+
+/// `[flow_control]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowControl {
+    pub enabled: bool,
+    /// Requests one route holds waiting at most.
+    pub max_queued: u64,
+    /// The longest wait (a quarter of it for a negative priority).
+    pub max_wait: Duration,
+}
+
+impl Default for FlowControl {
+    fn default() -> Self {
+        FlowControl {
+            enabled: file::DEFAULT_FLOW_CONTROL_ENABLED,
+            max_queued: file::DEFAULT_FLOW_CONTROL_MAX_QUEUED,
+            max_wait: Duration::from_secs(file::DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS),
+        }
+    }
 }
 
 /// `[providers.kv_events]`: where a vLLM engine publishes its KV-cache
@@ -389,6 +454,8 @@ impl fmt::Debug for Provider {
             .field("max_loras", &self.max_loras)
             .field("kv_events", &self.kv_events)
             .field("lmcache", &self.lmcache)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("engine_metrics", &self.engine_metrics)
             .field("tls", &self.tls)
             .finish()
     }
@@ -516,6 +583,8 @@ pub struct ApiKey {
     pub rpm: u32,
     /// Requests in flight at once on each node; 0 = unlimited.
     pub max_concurrent: u32,
+    /// Flow control's priority band; negative = sheddable.
+    pub priority: i32,
 }
 
 /// A caller of the admin API.

@@ -53,6 +53,12 @@ pub enum GatewayError {
     },
     #[error("Too many requests in flight for the API key `{key}`: limit {limit} at once on this gateway node. Please try again when one has finished.")]
     ConcurrencyLimited { key: String, limit: u32 },
+    #[error("The engines serving the model `{model}` are saturated and {reason}. Please try again in {retry_after_secs}s.")]
+    Overloaded {
+        model: String,
+        reason: String,
+        retry_after_secs: u64,
+    },
 }
 
 /// OpenAI's error object.
@@ -84,7 +90,9 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => 408,
             GatewayError::UnsupportedMediaType { .. } => 415,
             GatewayError::UpstreamFailed { .. } => 502,
-            GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => 429,
+            GatewayError::RateLimited { .. }
+            | GatewayError::ConcurrencyLimited { .. }
+            | GatewayError::Overloaded { .. } => 429,
         }
     }
 
@@ -95,6 +103,9 @@ impl GatewayError {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
             GatewayError::ConcurrencyLimited { .. } => Some(CONCURRENCY_RETRY_AFTER_SECS),
+            GatewayError::Overloaded {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
             _ => None,
         }
     }
@@ -164,6 +175,9 @@ impl GatewayError {
             GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => {
                 ("requests", None, Some("rate_limit_exceeded"))
             }
+            // Not the caller's limit: the fleet's. A client that retries
+            // on 429 does the right thing; one that reads the type learns why.
+            GatewayError::Overloaded { .. } => ("overloaded_error", None, Some("fleet_overloaded")),
         }
     }
 
@@ -230,6 +244,25 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
         assert_eq!(json["error"]["code"], "rate_limit_exceeded");
         assert_eq!(GatewayError::InvalidApiKey.retry_after_secs(), None);
+    }
+
+    #[test]
+    fn an_overloaded_fleet_is_a_429_that_says_so_not_a_503() {
+        let error = GatewayError::Overloaded {
+            model: "chat".into(),
+            reason: "the wait ran out after 30 s".into(),
+            retry_after_secs: 3,
+        };
+        assert_eq!(error.status(), 429);
+        assert_eq!(error.retry_after_secs(), Some(3));
+        let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
+        assert_eq!(json["error"]["type"], "overloaded_error");
+        assert_eq!(json["error"]["code"], "fleet_overloaded");
+        let message = json["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("`chat`") && message.contains("saturated"),
+            "{message}"
+        );
     }
 
     #[test]

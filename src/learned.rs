@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::flow_control::FlowControl;
 use crate::health::HealthRegistry;
 use crate::kv_events::KvIndexRegistry;
 use crate::lmcache::OccupancyRegistry;
@@ -17,12 +18,29 @@ use crate::tracker::LoadTracker;
 
 /// What the gateway learns and keeps across snapshots: per-target load and
 /// breaker state, provider health, KV indexes, cache occupancy, what each
-/// API key used of its rate limits.
-#[derive(Debug, Default)]
+/// API key used of its rate limits, the requests flow control holds.
+#[derive(Debug)]
 pub struct Learned {
     pub tracker: Arc<LoadTracker>,
     pub health: Arc<HealthRegistry>,
     pub kv: Arc<KvIndexRegistry>,
     pub occupancy: Arc<OccupancyRegistry>,
     pub rate_limits: Arc<RateLimits>,
+    /// Woken by the tracker's capacity signal.
+    pub flow: Arc<FlowControl>,
+}
+
+impl Default for Learned {
+    fn default() -> Self {
+        let tracker = Arc::new(LoadTracker::new());
+        let flow = Arc::new(FlowControl::new(Arc::clone(tracker.capacity_signal())));
+        Learned {
+            tracker,
+            health: Arc::default(),
+            kv: Arc::default(),
+            occupancy: Arc::default(),
+            rate_limits: Arc::default(),
+            flow,
+        }
+    }
 }

@@ -12,8 +12,11 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod flow;
 mod telemetry;
 
+pub use flow::EngineMetricsGauges;
+use flow::FlowMetrics;
 use telemetry::TelemetryMetrics;
 
 use crate::kv_events::KvIndexSummary;
@@ -72,7 +75,10 @@ pub struct Metrics {
     client_connections: IntGauge,
     client_connections_closed: IntCounterVec,
     access_log_dropped: IntCounterVec,
+    target_load: IntGaugeVec,
+    target_saturated: IntGaugeVec,
     telemetry: TelemetryMetrics,
+    pub flow: FlowMetrics,
 }
 
 /// Handles of one route, resolved when the snapshot is built; shared by
@@ -174,6 +180,22 @@ impl Metrics {
         .expect("static metric definition");
         let in_flight = IntGaugeVec::new(
             Opts::new("rolter_target_in_flight", "Requests in flight per target."),
+            &["target"],
+        )
+        .expect("static metric definition");
+        let target_load = IntGaugeVec::new(
+            Opts::new(
+                "rolter_target_load",
+                "Load strategies read per target: the engine's reported running + waiting plus what this node sent since, never below this node's in-flight count (tracker/engine.rs).",
+            ),
+            &["target"],
+        )
+        .expect("static metric definition");
+        let target_saturated = IntGaugeVec::new(
+            Opts::new(
+                "rolter_target_saturated",
+                "1 while the target takes no new request: at its provider's max_concurrency, or its engine reports a queue or KV usage at the [saturation] limits.",
+            ),
             &["target"],
         )
         .expect("static metric definition");
@@ -338,6 +360,8 @@ impl Metrics {
             Box::new(client_connections.clone()),
             Box::new(client_connections_closed.clone()),
             Box::new(access_log_dropped.clone()),
+            Box::new(target_load.clone()),
+            Box::new(target_saturated.clone()),
         ] {
             registry
                 .register(collector)
@@ -374,7 +398,10 @@ impl Metrics {
             client_connections,
             client_connections_closed,
             access_log_dropped,
+            target_load,
+            target_saturated,
             telemetry: TelemetryMetrics::new(&registry),
+            flow: FlowMetrics::new(&registry),
             registry,
         }
     }
@@ -555,7 +582,13 @@ impl Metrics {
         {
             let mut previous = self.target_gauges.lock().unwrap_or_else(|e| e.into_inner());
             for gone in previous.difference(&labels) {
-                for gauge in [&self.in_flight, &self.breaker_state, &self.parked] {
+                for gauge in [
+                    &self.in_flight,
+                    &self.breaker_state,
+                    &self.parked,
+                    &self.target_load,
+                    &self.target_saturated,
+                ] {
                     // Err only when the series was never set: nothing to remove.
                     gauge.remove_label_values(&[gone]).ok();
                 }
@@ -576,6 +609,12 @@ impl Metrics {
             self.parked
                 .with_label_values(&label)
                 .set(i64::from(target.parked));
+            self.target_load
+                .with_label_values(&label)
+                .set(i64::try_from(target.load).unwrap_or(i64::MAX));
+            self.target_saturated
+                .with_label_values(&label)
+                .set(i64::from(target.saturated));
         }
     }
 
@@ -609,6 +648,9 @@ pub struct TargetGauges {
     pub in_flight: u64,
     pub breaker: BreakerState,
     pub parked: bool,
+    /// The combined load (`tracker/engine.rs`).
+    pub load: u64,
+    pub saturated: bool,
 }
 
 impl Default for Metrics {
@@ -650,10 +692,14 @@ mod tests {
             in_flight: 1,
             breaker: BreakerState::Open,
             parked: true,
+            load: 3,
+            saturated: true,
         };
         metrics.set_target_gauges(&[gauges("gpu-a/m"), gauges("gpu-b/m")]);
         let text = metrics.encode();
         assert!(text.contains(r#"rolter_target_in_flight{target="gpu-b/m"} 1"#));
+        assert!(text.contains(r#"rolter_target_load{target="gpu-b/m"} 3"#));
+        assert!(text.contains(r#"rolter_target_saturated{target="gpu-b/m"} 1"#));
         assert!(text.contains(r#"rolter_breaker_state{target="gpu-b/m"} 1"#));
         metrics.set_target_gauges(&[gauges("gpu-a/m")]);
         let text = metrics.encode();

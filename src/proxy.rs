@@ -23,6 +23,7 @@ mod access;
 mod admission;
 mod body;
 mod ctx;
+mod dispatch;
 mod eligibility;
 mod forwarding;
 mod outcome;
@@ -30,6 +31,7 @@ mod request_id;
 mod respond;
 mod select;
 mod target_set;
+mod waiting;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,21 +43,20 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
-use smallvec::SmallVec;
 
-use crate::snapshot;
+use crate::flow_control;
 
 pub use ctx::RequestCtx;
 pub use forwarding::ClientOrigin;
 pub use request_id::REQUEST_ID_HEADER;
 
 use admission::Next;
-use ctx::Attempt;
+use dispatch::Dispatch;
 use outcome::{attempt_failed, attempt_succeeded, Failure};
 
 use crate::error::GatewayError;
 use crate::state::GatewayState;
-use crate::tracker::{parse_retry_after, BreakerTicket, FailureReason};
+use crate::tracker::{parse_retry_after, FailureReason};
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -78,27 +79,6 @@ impl Gateway {
             self.state
                 .metrics
                 .record_retry(&route.metrics.label, reason);
-        }
-    }
-
-    /// The error for a request that found no target: the last failure if an
-    /// attempt was made, else why none was eligible (counted per reason).
-    fn unroutable(&self, ctx: &RequestCtx, route: &snapshot::Route, now_ms: u64) -> GatewayError {
-        if let Some(last) = ctx.last_failure.clone() {
-            return GatewayError::UpstreamFailed {
-                model: route.model.clone(),
-                last,
-            };
-        }
-        let why = ctx.eligibility(route, now_ms).why_none();
-        for (reason, count) in why.counts() {
-            self.state
-                .metrics
-                .record_ineligible(&route.metrics.label, reason, count);
-        }
-        GatewayError::NoEligibleTarget {
-            model: route.model.clone(),
-            reason: why.to_string(),
         }
     }
 }
@@ -165,7 +145,7 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_peer(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         // A retry starts here: the previous attempt's slot and state go.
@@ -173,56 +153,82 @@ impl ProxyHttp for Gateway {
         let Some(admitted) = &ctx.admitted else {
             return Err(not_admitted("upstream_peer"));
         };
-        let route = Arc::clone(&admitted.route);
-        let now_ms = crate::clock::now_ms();
-        let loads: SmallVec<[u64; 16]> =
-            route.targets.iter().map(|t| t.stats.in_flight()).collect();
-        let mut rule = ctx.eligibility(&route, now_ms);
-        eligibility::note_health_panic(&route, rule.health_panic());
-        let picked = select::admitted_pick(
-            &route,
-            &mut rule,
-            &admitted.route_context(now_ms),
-            &loads,
-            &ctx.snapshot.limits.breaker,
-        );
-        let health_panic = rule.health_panic();
-        let Some((index, admission)) = picked else {
-            let error = self.unroutable(ctx, &route, now_ms);
-            let e = error_with(
-                ErrorType::HTTPStatus(error.status()),
-                error.to_string(),
-                false,
-            );
-            ctx.error = Some(error);
-            return Err(e);
-        };
-
-        let target = &route.targets[index];
-        target.stats.record_pick();
-        route.metrics.picks.inc();
-        if health_panic {
-            self.state.metrics.record_health_panic(&route.metrics.label);
+        let flow = ctx.snapshot.limits.flow_control;
+        if !flow.enabled {
+            return match dispatch::dispatch(&self.state, ctx, false) {
+                Dispatch::Peer(peer) => Ok(peer),
+                Dispatch::Failed(e) | Dispatch::Unroutable(e) => Err(e),
+                Dispatch::Saturated => Err(not_admitted("a pick without flow control")),
+            };
         }
-        let rewrite = (target.id.model != admitted.request.model).then_some(&target.model_json[..]);
-        let body = body::attempt_body(&admitted.body, &admitted.request.model_span, rewrite);
-        ctx.tried.insert(index);
-        ctx.attempts += 1;
-        ctx.attempt = Some(Attempt {
-            target: index,
-            started: Instant::now(),
-            now_ms,
-            queue_depth: loads[index],
-            in_flight: Some(target.stats.begin()),
-            breaker: BreakerTicket::new(Arc::clone(&target.stats.breaker), admission),
-            body,
-            status: None,
-            failed_over_status: false,
-            teaches: false,
-            streaming: false,
-            first_byte: None,
-        });
-        Ok(target.peer())
+        let queue = Arc::clone(&admitted.route.queue);
+        let route_label = admitted.route.metrics.label.clone();
+        let priority = admitted.priority;
+        let tenant = ctx
+            .caller
+            .as_ref()
+            .map_or_else(|| "anonymous".to_owned(), |c| c.name.clone());
+        let waited = Instant::now();
+        let max_wait = flow_control::max_wait_for(priority, flow.max_wait);
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut place: Option<flow_control::Queued> = None;
+        // Each round is a pick or a wait that ended: bounded by the events
+        // that end waits (a kick per capacity change) and the deadline.
+        loop {
+            // A newcomer queues behind requests that already wait.
+            if place.is_none() && queue.is_busy() {
+                place = Some(waiting::enqueue(
+                    &self.state,
+                    ctx,
+                    &queue,
+                    (priority, &tenant),
+                    waited,
+                )?);
+            }
+            if let Some(queued) = place.as_mut() {
+                let turn = tokio::select! {
+                    _ = queued.turn() => None,
+                    _ = tokio::time::sleep_until(deadline) => Some(flow_control::Outcome::Expired),
+                    _ = waiting::client_gone(session) => Some(flow_control::Outcome::Cancelled),
+                };
+                if let Some(outcome) = turn {
+                    drop(place.take());
+                    return Err(waiting::leave(
+                        &self.state,
+                        ctx,
+                        outcome,
+                        waited,
+                        flow.max_queued,
+                    ));
+                }
+            }
+            match dispatch::dispatch(&self.state, ctx, true) {
+                Dispatch::Peer(peer) => {
+                    if let Some(queued) = place.take() {
+                        queued.dispatched();
+                        self.state.metrics.flow.record(
+                            &route_label,
+                            flow_control::Outcome::Dispatched,
+                            waited.elapsed().as_secs_f64(),
+                        );
+                    }
+                    return Ok(peer);
+                }
+                Dispatch::Saturated => match place.as_mut() {
+                    Some(queued) => queued.requeue(),
+                    None => {
+                        place = Some(waiting::enqueue(
+                            &self.state,
+                            ctx,
+                            &queue,
+                            (priority, &tenant),
+                            waited,
+                        )?)
+                    }
+                },
+                Dispatch::Failed(e) | Dispatch::Unroutable(e) => return Err(e),
+            }
+        }
     }
 
     async fn upstream_request_filter(

@@ -24,6 +24,7 @@ use crate::config::{self, Config};
 use crate::control::node::ControlNode;
 use crate::control::service::ControlPlaneService;
 use crate::downstream::EdgeApp;
+use crate::engine_metrics::EngineMetricsPoller;
 use crate::fleet::poller::SnapshotPoller;
 use crate::fleet::telemetry::TelemetryPusher;
 use crate::health::HealthChecker;
@@ -259,6 +260,27 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                     }),
                     Arc::clone(&state.learned.occupancy),
                 ),
+            ));
+            let running = Arc::clone(&state);
+            server.add_service(background_service(
+                "engine metrics poller",
+                EngineMetricsPoller::new(
+                    Box::new(move || {
+                        let snapshot = running.snapshot();
+                        let providers = snapshot
+                            .config
+                            .providers
+                            .iter()
+                            .map(|p| (p.slug.clone(), p.engine_metrics.clone()))
+                            .collect();
+                        (snapshot.version, providers)
+                    }),
+                    Arc::clone(&state.learned.tracker),
+                ),
+            ));
+            server.add_service(background_service(
+                "flow control",
+                crate::flow_control::Dispatcher::new(Arc::clone(&state.learned.flow)),
             ));
             let running = Arc::clone(&state);
             server.add_service(background_service(

@@ -35,14 +35,17 @@ pub use provider::Provider;
 pub use route::{Route, RouteKind, Target};
 
 use crate::auth::{AdminTokens, ApiKeys, Caller};
-use crate::config::{Config, GroupMember};
+use crate::config::{Config, FlowControl, GroupMember};
+use crate::flow_control::RouteQueue;
 use crate::health::{HealthPolicy, ProbePlan, ProbeTarget};
 use crate::kv_events::KvTargetsView;
 use crate::learned::Learned;
 use crate::lmcache::OccupancyTargetsView;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::tokenization::RouteTokens;
-use crate::tracker::{BreakerPolicy, ParkingPolicy, TargetId, TargetStats, TrackerView};
+use crate::tracker::{
+    BreakerPolicy, ParkingPolicy, SaturationPolicy, TargetId, TargetStats, TrackerView,
+};
 use addressed::AddressedRoutes;
 
 /// How long an idle upstream connection stays in the pool. Below the 5 s
@@ -59,6 +62,8 @@ pub struct Limits {
     pub breaker: BreakerPolicy,
     pub parking: ParkingPolicy,
     pub health: HealthPolicy,
+    pub saturation: SaturationPolicy,
+    pub flow_control: FlowControl,
 }
 
 impl Limits {
@@ -84,6 +89,8 @@ impl Limits {
                 unhealthy_after: config.health.unhealthy_after,
                 healthy_after: config.health.healthy_after,
             },
+            saturation: SaturationPolicy::from(&config.saturation),
+            flow_control: config.flow_control,
         }
     }
 }
@@ -102,6 +109,8 @@ pub struct Group {
     pub metrics: RouteMetrics,
     /// The model directory its routes tokenize requests with.
     pub tokenizer: Option<RouteTokens>,
+    /// Where its routes' requests wait under flow control.
+    pub queue: Arc<RouteQueue>,
 }
 
 /// A provider's engine as pinned addresses see it.
@@ -110,6 +119,7 @@ struct Engine {
     stats: Arc<TargetStats>,
     /// Shared by every pinned route of the provider (label `<slug>/*`).
     metrics: RouteMetrics,
+    queue: Arc<RouteQueue>,
 }
 
 /// What a request's `model` names, found without building anything.
@@ -334,6 +344,7 @@ impl Snapshot {
                 adapter: None,
                 kept: false,
                 tokenizer,
+                queue: learned.flow.queue(&route.model),
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
             route_order.push(route);
@@ -399,6 +410,7 @@ impl Snapshot {
                     member_stats,
                     metrics: metrics.route(&format!("{}/*", group.slug), group.strategy.as_str()),
                     tokenizer,
+                    queue: learned.flow.queue(&format!("{}/*", group.slug)),
                 },
             );
         }
@@ -417,6 +429,7 @@ impl Snapshot {
                     stats: tracker.stats(&TargetId::engine(p.slug.clone())),
                     metrics: metrics
                         .route(&format!("{}/*", p.slug), StrategyKind::RoundRobin.as_str()),
+                    queue: learned.flow.queue(&format!("{}/*", p.slug)),
                 };
                 (p.slug.clone(), engine)
             })
@@ -564,6 +577,7 @@ impl Snapshot {
             adapter: passthrough.then(|| requested.to_string()),
             kept,
             tokenizer: group.tokenizer.clone(),
+            queue: Arc::clone(&group.queue),
         }
     }
 
@@ -603,6 +617,7 @@ impl Snapshot {
             adapter: None,
             kept,
             tokenizer: None,
+            queue: Arc::clone(&engine.queue),
         }
     }
 

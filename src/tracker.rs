@@ -29,13 +29,24 @@
 //! load, and a pinned address of a configured target is load on it. A reload that
 //! drops a target drops its entry once nothing holds it any more
 //! ([`LoadTracker::retain`]).
+//!
+//! Targets on one provider share its [`EngineStats`]: this node's
+//! attempts on the engine as a whole (its `max_concurrency`) and whether
+//! its metrics are read; each target keeps the engine's last reading for
+//! its model. How the two combine into the load strategies read:
+//! `tracker/engine.rs`.
 
 mod breaker;
+mod engine;
 mod failure_log;
 mod parking;
 
 pub use breaker::{
     Admission, BreakerPolicy, BreakerState, BreakerTicket, CircuitBreaker, Transition,
+};
+pub use engine::{
+    CapacitySignal, EngineStats, PollSummary, Reading, ReadingSummary, Reported, SaturatedBy,
+    SaturationPolicy,
 };
 pub use failure_log::{FailureLog, FailureReason};
 pub use parking::{parse_retry_after, Parking, ParkingPolicy};
@@ -108,6 +119,10 @@ pub struct TargetStats {
     pub breaker: Arc<CircuitBreaker>,
     pub parking: Parking,
     pub failure_log: FailureLog,
+    /// The provider's engine, shared with its other targets.
+    engine: Arc<EngineStats>,
+    /// The engine's last reading for this target's model.
+    reported: Reported,
 }
 
 const NO_SAMPLE: u64 = 0;
@@ -132,8 +147,18 @@ impl TargetStats {
         self.picks.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Marks an attempt as dispatched; the guard releases it.
+    /// Marks an attempt as dispatched, with no concurrency limit; the
+    /// guard releases it. See [`TargetStats::begin_within`].
     pub fn begin(self: &Arc<Self>) -> InFlightGuard {
+        match self.begin_within(None) {
+            Some(guard) => guard,
+            // Without a limit the claim always succeeds.
+            None => unreachable!("an unlimited claim failed"),
+        }
+    }
+
+    /// The target's part of a dispatch whose engine slot is claimed.
+    fn begin_claimed(self: &Arc<Self>) -> InFlightGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.waiting.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -256,6 +281,7 @@ impl Drop for InFlightGuard {
         self.first_byte();
         let before = self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "in-flight count underflow");
+        self.stats.release_engine();
     }
 }
 
@@ -276,7 +302,15 @@ impl TargetStatsView for TrackerView {
     }
 
     fn waiting(&self, target: usize) -> Option<u64> {
-        Some(self.targets.get(target)?.waiting())
+        Some(
+            self.targets
+                .get(target)?
+                .combined_waiting(crate::clock::now_ms()),
+        )
+    }
+
+    fn kv_usage(&self, target: usize) -> Option<f64> {
+        self.targets.get(target)?.kv_usage(crate::clock::now_ms())
     }
 
     fn latency_samples(&self, target: usize) -> u64 {
@@ -311,11 +345,15 @@ pub struct LoadTracker {
     // scrape lists targets, or the failure-log summary runs; the request
     // path never touches it.
     targets: Mutex<Targets>,
+    /// Shared with every engine: wakes flow control when capacity frees.
+    signal: Arc<CapacitySignal>,
 }
 
 #[derive(Debug, Default)]
 struct Targets {
     stats: HashMap<TargetId, Arc<TargetStats>>,
+    /// By provider slug; an engine goes when its last target went.
+    engines: HashMap<String, Arc<EngineStats>>,
     /// The identities the current configuration names; `None` until the
     /// first [`LoadTracker::retain`] (everything is kept).
     configured: Option<HashSet<TargetId>>,
@@ -330,6 +368,9 @@ impl Targets {
         };
         self.stats
             .retain(|id, stats| configured.contains(id) || Arc::strong_count(stats) > 1);
+        // Held by its targets (and a poll in progress) only.
+        self.engines
+            .retain(|_, engine| Arc::strong_count(engine) > 1);
     }
 }
 
@@ -344,9 +385,41 @@ impl LoadTracker {
         if let Some(stats) = targets.stats.get(id) {
             return Arc::clone(stats);
         }
-        let stats = Arc::new(TargetStats::default());
+        let signal = &self.signal;
+        let engine = Arc::clone(
+            targets
+                .engines
+                .entry(id.provider.clone())
+                .or_insert_with(|| Arc::new(EngineStats::new(Arc::clone(signal)))),
+        );
+        let stats = Arc::new(TargetStats {
+            engine,
+            ..TargetStats::default()
+        });
         targets.stats.insert(id.clone(), Arc::clone(&stats));
         stats
+    }
+
+    /// The engine of provider `slug`, when a target of it is tracked.
+    pub fn engine(&self, slug: &str) -> Option<Arc<EngineStats>> {
+        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        targets.engines.get(slug).cloned()
+    }
+
+    /// The tracked targets of provider `slug`, for the engine-metrics poller.
+    pub fn targets_of(&self, slug: &str) -> Vec<(TargetId, Arc<TargetStats>)> {
+        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        targets
+            .stats
+            .iter()
+            .filter(|(id, _)| id.provider == slug)
+            .map(|(id, stats)| (id.clone(), Arc::clone(stats)))
+            .collect()
+    }
+
+    /// Wakes flow control when capacity may have freed.
+    pub fn capacity_signal(&self) -> &Arc<CapacitySignal> {
+        &self.signal
     }
 
     /// Keeps the entries of `configured` (a new snapshot's identities) and

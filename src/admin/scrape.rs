@@ -8,7 +8,7 @@
 use rolter_balancer::StrategyKind;
 
 use crate::learned::Learned;
-use crate::metrics::{Metrics, TargetGauges};
+use crate::metrics::{EngineMetricsGauges, Metrics, TargetGauges};
 use crate::snapshot::Snapshot;
 
 /// Reads the scrape-time gauges into `metrics` and encodes everything.
@@ -19,15 +19,38 @@ pub fn scrape(metrics: &Metrics, learned: &Learned, snapshot: &Snapshot) -> Stri
         .tracker
         .entries()
         .into_iter()
-        .map(|(id, stats)| TargetGauges {
-            label: id.to_string(),
-            in_flight: stats.in_flight(),
-            breaker: stats.breaker.state(),
-            parked: stats.parking.is_parked(now),
+        .map(|(id, stats)| {
+            let max_concurrency = snapshot
+                .provider(&id.provider)
+                .and_then(|p| p.max_concurrency);
+            TargetGauges {
+                label: id.to_string(),
+                in_flight: stats.in_flight(),
+                breaker: stats.breaker.state(),
+                parked: stats.parking.is_parked(now),
+                load: stats.combined_load(now),
+                saturated: stats
+                    .saturation(now, &snapshot.limits.saturation, max_concurrency)
+                    .is_some(),
+            }
         })
         .collect();
     metrics.set_target_gauges(&targets);
+    metrics.flow.set_queued(&learned.flow.depths());
     for provider in snapshot.providers() {
+        if let Some(polls) = learned
+            .tracker
+            .engine(&provider.slug)
+            .and_then(|engine| engine.poll_summary(now))
+        {
+            metrics.flow.set_engine_metrics(&EngineMetricsGauges {
+                provider: &provider.slug,
+                fresh: polls.fresh,
+                age_secs: polls.age_ms.map(|ms| ms as f64 / 1000.0),
+                polls: polls.polls,
+                failures: polls.failures,
+            });
+        }
         metrics.set_provider_healthy(&provider.slug, provider.health.is_healthy());
         metrics.set_probe_misconfigured(
             &provider.slug,

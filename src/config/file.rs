@@ -89,6 +89,40 @@ pub const DEFAULT_LMCACHE_STALE_AFTER_SECS: u64 = 10;
 /// Upper bound for `providers.lmcache.stale_after_secs`, in seconds: one
 /// day; a signal that old says nothing about the cache.
 pub const MAX_LMCACHE_STALE_AFTER_SECS: u64 = 86_400;
+/// Default for `providers.engine_metrics.poll_interval_ms`: 500.
+pub const DEFAULT_ENGINE_METRICS_POLL_INTERVAL_MS: u64 = 500;
+/// Lower bound for `providers.engine_metrics.poll_interval_ms`: 50; more
+/// often costs the engine more than the reading is worth.
+pub const MIN_ENGINE_METRICS_POLL_INTERVAL_MS: u64 = 50;
+/// Upper bound for `providers.engine_metrics.poll_interval_ms`: one minute;
+/// a load read more rarely says nothing about the load now.
+pub const MAX_ENGINE_METRICS_POLL_INTERVAL_MS: u64 = 60_000;
+/// Default for `providers.engine_metrics.stale_after_ms`: 3000, six missed polls.
+pub const DEFAULT_ENGINE_METRICS_STALE_AFTER_MS: u64 = 3_000;
+/// Upper bound for `providers.engine_metrics.stale_after_ms`: ten minutes.
+pub const MAX_ENGINE_METRICS_STALE_AFTER_MS: u64 = 600_000;
+/// Upper bound for `providers.max_concurrency`.
+pub const MAX_PROVIDER_CONCURRENCY: u64 = 1_000_000;
+/// Default for `saturation.max_waiting`: 5 (llm-d's saturation detector).
+pub const DEFAULT_SATURATION_MAX_WAITING: u64 = 5;
+/// Upper bound for `saturation.max_waiting`.
+pub const MAX_SATURATION_MAX_WAITING: u64 = 1_000_000;
+/// Default for `saturation.max_kv_usage`: 0.8 (llm-d's saturation detector).
+pub const DEFAULT_SATURATION_MAX_KV_USAGE: f64 = 0.8;
+/// Default for `flow_control.enabled`.
+pub const DEFAULT_FLOW_CONTROL_ENABLED: bool = false;
+/// Default for `flow_control.max_queued`, per route: 1000.
+pub const DEFAULT_FLOW_CONTROL_MAX_QUEUED: u64 = 1_000;
+/// Upper bound for `flow_control.max_queued`.
+pub const MAX_FLOW_CONTROL_MAX_QUEUED: u64 = 1_000_000;
+/// Default for `flow_control.max_wait_secs`: 30.
+pub const DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS: u64 = 30;
+/// Upper bound for `flow_control.max_wait_secs`: one hour.
+pub const MAX_FLOW_CONTROL_MAX_WAIT_SECS: u64 = 3_600;
+/// Default for `api_keys.priority`.
+pub const DEFAULT_PRIORITY: i64 = 0;
+/// Bound of `api_keys.priority` either way.
+pub const MAX_PRIORITY: i64 = 1_000;
 /// Default for `api_keys.rpm`: 0, unlimited.
 pub const DEFAULT_RPM: u32 = 0;
 /// Default for `api_keys.max_concurrent`: 0, unlimited.
@@ -237,6 +271,14 @@ pub struct ConfigFile {
     /// field's default.
     #[serde(default)]
     pub parking: ParkingTable,
+    /// `[saturation]`: when an engine counts as full. Default: every
+    /// field's default.
+    #[serde(default)]
+    pub saturation: SaturationTable,
+    /// `[flow_control]`: requests wait in the gateway while every engine
+    /// of their route is saturated. Default: every field's default (off).
+    #[serde(default)]
+    pub flow_control: FlowControlTable,
 
     /// `[control_plane]`: where a gateway polls, or a control node's
     /// database. Required with `server.role = "gateway"` or `"control"`,
@@ -389,6 +431,39 @@ pub struct ProviderTable {
     /// `[providers.lmcache]`: an LMCache occupancy signal. Default: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lmcache: Option<LmcacheTable>,
+    /// Extension. Requests this gateway node sends the engine at once; at
+    /// this many the engine is saturated (see `[saturation]`). Default:
+    /// none (no limit); 1 to 1000000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u64>,
+    /// `[providers.engine_metrics]`: the engine's own load, read from its
+    /// Prometheus metrics (vLLM or SGLang). Default: none (this node's
+    /// in-flight count only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_metrics: Option<EngineMetricsTable>,
+}
+
+/// `[providers.engine_metrics]`: where the engine's Prometheus metrics are
+/// read, for a load every gateway node agrees on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineMetricsTable {
+    /// Extension. Whether the metrics are read. Default: true (the table
+    /// being there turns them on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// "http(s)://host[:port][/path]". Default: the provider's base_url
+    /// followed by "/metrics".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Time between two reads, in milliseconds. Default: 500; 50 to 60000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// Age after which a reading is stale and the node's own count is used
+    /// instead, in milliseconds. Default: 3000; more than
+    /// `poll_interval_ms`, at most 600000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_after_ms: Option<u64>,
 }
 
 /// `[providers.kv_events]`: where a vLLM engine started with
@@ -648,6 +723,12 @@ pub struct ApiKeyTable {
     /// 0 = unlimited. Default: 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
+    /// Extension. The key's priority band under flow control: higher
+    /// bands are dispatched first; a negative priority is sheddable.
+    /// A request may lower its own with `x-rolter-priority`, never raise
+    /// it. Default: 0; -1000 to 1000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// One `[[admin_tokens]]` entry: a caller of the admin API.
@@ -824,6 +905,44 @@ pub struct ParkingTable {
     /// seconds. Default: 300; at least `base_secs`, at most 86400.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_secs: Option<u64>,
+}
+
+/// `[saturation]`: when a target counts as full. A saturated target takes
+/// no new request while another is not saturated (or, with flow control
+/// on, at all: the request waits in the gateway).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaturationTable {
+    /// An engine reporting this many waiting requests or more is
+    /// saturated (read with `engine_metrics`). Default: 5; 1 to 1000000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_waiting: Option<u64>,
+    /// An engine reporting this share of its KV cache in use or more is
+    /// saturated (read with `engine_metrics`). Default: 0.8; above 0, at
+    /// most 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_kv_usage: Option<f64>,
+}
+
+/// `[flow_control]`: requests wait in the gateway, ordered by priority and
+/// shared fairly between API keys, while every target of their route is
+/// saturated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlowControlTable {
+    /// Whether requests wait instead of being sent to saturated engines.
+    /// Default: false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Requests one route may hold waiting; past it, 429. Default: 1000;
+    /// 1 to 1000000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<u64>,
+    /// The longest a request waits, in seconds; then 429. Requests with a
+    /// negative priority wait at most a quarter of it. Default: 30; 1 to
+    /// 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait_secs: Option<u64>,
 }
 
 /// `[control_plane]`: for `role = "gateway"`, the control node to poll; for

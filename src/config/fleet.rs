@@ -34,6 +34,8 @@ pub fn merge_fleet_document(local: &ConfigFile, fleet: &ConfigFile) -> ConfigFil
         health: _,
         breaker: _,
         parking: _,
+        saturation: _,
+        flow_control: _,
     } = fleet;
     ConfigFile {
         server: local.server.clone(),

@@ -33,6 +33,7 @@ mod catalog;
 mod control_plane;
 mod edge;
 mod eligibility;
+mod flow;
 mod groups;
 mod keys;
 mod providers;
@@ -111,6 +112,8 @@ pub(super) fn validate(
     let health = v.health(file.health);
     let breaker = v.breaker(file.breaker);
     let parking = v.parking(file.parking);
+    let saturation = v.saturation(file.saturation);
+    let flow_control = v.flow_control(file.flow_control);
     // Last, where the contract's example writes it: a document's reports, which have no
     // line to be sorted by, then come in the order a file's would.
     let control_plane = if role_known {
@@ -144,6 +147,8 @@ pub(super) fn validate(
         health,
         breaker,
         parking,
+        saturation,
+        flow_control,
         control_plane,
         warnings: v.warnings,
     })

@@ -4,8 +4,8 @@
 //! The fleet document is the file types (`config::file::ConfigFile`) as JSON:
 //! providers, routes, groups, catalog and API keys from rolter.toml (read-only
 //! in the API) followed by the database's; the adaptive-routing policy and
-//! admin tokens from the database; retry, timeouts, health, breaker and
-//! parking from rolter.toml. API keys travel as digests, never as the names of
+//! admin tokens from the database; retry, timeouts, health, breaker,
+//! parking, saturation and flow control from rolter.toml. API keys travel as digests, never as the names of
 //! environment variables only the control node has. The control node installs
 //! the same document as its own snapshot, so its admin API sees what the
 //! gateways see.
@@ -109,6 +109,8 @@ fn fleet_document(file: &ConfigFile, validated_file: &Config, database: &ConfigF
         health: file.health.clone(),
         breaker: file.breaker.clone(),
         parking: file.parking.clone(),
+        saturation: file.saturation.clone(),
+        flow_control: file.flow_control.clone(),
     }
 }
 

@@ -70,6 +70,8 @@ pub enum RequestError {
     EmptyModel,
     #[error("the `x-rolter-token-ids` header must be comma-separated unsigned integers: {0}")]
     InvalidTokenIds(String),
+    #[error("the `x-rolter-priority` header must be an integer (it may lower the key's priority, never raise it): got {0:?}")]
+    InvalidPriority(String),
 }
 
 impl RequestError {

@@ -22,7 +22,7 @@ use super::SESSION_HEADER;
 use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::openai::{parse_request, parse_token_ids, Endpoint, TOKEN_IDS_HEADER};
+use crate::openai::{parse_request, parse_token_ids, Endpoint, RequestError, TOKEN_IDS_HEADER};
 use crate::snapshot::{Refusal, Snapshot};
 use crate::tokenization::fill_token_ids;
 
@@ -89,6 +89,7 @@ pub async fn admit(
     let route = snapshot.route(&address, crate::clock::now_ms());
     let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request).await;
     Metrics::record_token_source(&route.metrics, source);
+    let priority = priority(session.req_header(), &caller)?;
     let session_key = session
         .req_header()
         .headers
@@ -101,6 +102,7 @@ pub async fn admit(
         request,
         body,
         session_key,
+        priority,
     });
     Ok(Next::Route)
 }
@@ -140,6 +142,24 @@ fn request_header_bytes(request: &RequestHeader) -> usize {
     })
 }
 
+/// Request header with which a request lowers its own flow-control
+/// priority below its key's.
+pub const PRIORITY_HEADER: &str = "x-rolter-priority";
+
+/// The request's priority band: its key's, or lower where `x-rolter-priority`
+/// asks (a request cannot raise itself above its key).
+fn priority(request: &RequestHeader, caller: &Caller) -> Result<i32, GatewayError> {
+    let Some(value) = request.headers.get(PRIORITY_HEADER) else {
+        return Ok(caller.priority);
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let asked: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| RequestError::InvalidPriority(text.to_string()))?;
+    Ok(asked.min(caller.priority))
+}
+
 /// Step 2: who is calling.
 fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
     let token = request
@@ -158,6 +178,21 @@ fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Call
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_priority_header_lowers_the_keys_priority_never_raises_it() {
+        let caller = Caller::anonymous();
+        let mut request = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        assert_eq!(priority(&request, &caller).unwrap(), 0);
+        request.insert_header(PRIORITY_HEADER, "-2").unwrap();
+        assert_eq!(priority(&request, &caller).unwrap(), -2);
+        request.insert_header(PRIORITY_HEADER, " 5 ").unwrap();
+        assert_eq!(priority(&request, &caller).unwrap(), 0, "not above the key");
+        request.insert_header(PRIORITY_HEADER, "high").unwrap();
+        let error = priority(&request, &caller).unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert!(error.to_string().contains("x-rolter-priority"), "{error}");
+    }
 
     #[test]
     fn header_size_counts_the_request_line_and_every_field_line() {

@@ -74,6 +74,8 @@ pub struct Admitted {
     pub body: Bytes,
     /// `x-session-id`.
     pub session_key: Option<String>,
+    /// Flow control's priority band: the key's, or lower by `x-rolter-priority`.
+    pub priority: i32,
 }
 
 impl Admitted {
@@ -164,7 +166,7 @@ impl RequestCtx {
             route,
             self.caller.as_deref(),
             &self.tried,
-            &self.snapshot.limits.breaker,
+            &self.snapshot.limits,
             now_ms,
         )
     }
@@ -187,8 +189,11 @@ impl RequestCtx {
         let Some(route) = self.route() else {
             return false;
         };
-        !self.response_started
-            && self.attempts <= self.snapshot.limits.max_retries
-            && self.eligibility(route, crate::clock::now_ms()).any()
+        if self.response_started || self.attempts > self.snapshot.limits.max_retries {
+            return false;
+        }
+        // Under flow control a retry may wait for a saturated target.
+        let rule = self.eligibility(route, crate::clock::now_ms());
+        rule.any() || (self.snapshot.limits.flow_control.enabled && rule.only_saturated())
     }
 }

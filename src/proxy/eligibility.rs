@@ -10,6 +10,13 @@
 //! no eligible target names the count of each reason ([`NoEligible`]), and
 //! `rolter_ineligible_targets_total` counts them.
 //!
+//! Saturation comes last (`tracker/engine.rs`): a target at its provider's
+//! `max_concurrency` or whose engine reports a full queue or KV cache takes
+//! no new request. When saturation alone would leave the caller nothing,
+//! flow control (when on) holds the request in the gateway; when off, the
+//! request goes to the least loaded of the saturated targets, as before
+//! saturation existed ([`Eligibility::saturation_ignored`]).
+//!
 //! Health panic (Envoy's panic threshold, at its limit): active health
 //! checks alone never empty a route. When every target the caller may use
 //! is down by its probes, the probes are more likely wrong (a slow health
@@ -23,8 +30,8 @@ use std::sync::atomic::Ordering;
 
 use super::target_set::TargetSet;
 use crate::auth::Caller;
-use crate::snapshot::{Route, Target};
-use crate::tracker::BreakerPolicy;
+use crate::snapshot::{Limits, Route, Target};
+use crate::tracker::{BreakerPolicy, SaturatedBy, SaturationPolicy};
 
 /// Why a target may not take an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,15 +46,19 @@ pub enum Ineligible {
     Parked { until_ms: u64 },
     /// Its circuit breaker is open, or its half-open probe is out.
     BreakerOpen,
+    /// It takes no new request: at its concurrency limit, or its engine's
+    /// queue or KV cache is full.
+    Saturated(SaturatedBy),
 }
 
 impl Ineligible {
-    pub const LABELS: [&'static str; 5] = [
+    pub const LABELS: [&'static str; 6] = [
         "tried",
         "not_allowed",
         "unhealthy",
         "parked",
         "breaker_open",
+        "saturated",
     ];
 
     /// A fixed label value for metrics.
@@ -62,6 +73,7 @@ impl Ineligible {
             Ineligible::Unhealthy => 2,
             Ineligible::Parked { .. } => 3,
             Ineligible::BreakerOpen => 4,
+            Ineligible::Saturated(_) => 5,
         }
     }
 }
@@ -72,6 +84,7 @@ pub struct Eligibility<'a> {
     caller: Option<&'a Caller>,
     tried: &'a TargetSet,
     breaker: &'a BreakerPolicy,
+    saturation: &'a SaturationPolicy,
     now_ms: u64,
     /// Targets whose breaker refused this pick after the balancer chose
     /// them (a half-open probe went to another request in between): left
@@ -79,6 +92,8 @@ pub struct Eligibility<'a> {
     refused: TargetSet,
     /// Health panic (see the module docs).
     ignore_health: bool,
+    /// Saturation alone leaves nothing and flow control is off.
+    ignore_saturation: bool,
 }
 
 impl<'a> Eligibility<'a> {
@@ -89,21 +104,33 @@ impl<'a> Eligibility<'a> {
         route: &'a Route,
         caller: Option<&'a Caller>,
         tried: &'a TargetSet,
-        breaker: &'a BreakerPolicy,
+        limits: &'a Limits,
         now_ms: u64,
     ) -> Self {
         let mut rule = Eligibility {
             route,
             caller,
             tried,
-            breaker,
+            breaker: &limits.breaker,
+            saturation: &limits.saturation,
             now_ms,
             refused: TargetSet::default(),
             ignore_health: false,
+            ignore_saturation: true,
         };
         let mut usable = route.targets.iter().filter(|t| rule.allows(t)).peekable();
         rule.ignore_health =
             usable.peek().is_some() && usable.all(|t| !t.provider.health.is_healthy());
+        // Saturation is judged unless flow control is off and it alone
+        // would leave nothing.
+        rule.ignore_saturation = false;
+        if !limits.flow_control.enabled && !rule.any() {
+            rule.ignore_saturation = true;
+            if !rule.any() {
+                // Nothing eligible for another reason: report saturation too.
+                rule.ignore_saturation = false;
+            }
+        }
         rule
     }
 
@@ -111,6 +138,26 @@ impl<'a> Eligibility<'a> {
     /// would leave the caller no target.
     pub fn health_panic(&self) -> bool {
         self.ignore_health
+    }
+
+    /// Whether saturation is ignored for this pick (flow control off,
+    /// every otherwise eligible target saturated).
+    pub fn saturation_ignored(&self) -> bool {
+        self.ignore_saturation
+    }
+
+    /// Whether saturation is the only reason nothing is eligible: flow
+    /// control holds such a request.
+    pub fn only_saturated(&self) -> bool {
+        let mut saturated = false;
+        for i in 0..self.route.targets.len() {
+            match self.reason(i) {
+                None => return false,
+                Some(Ineligible::Saturated(_)) => saturated = true,
+                Some(_) => {}
+            }
+        }
+        saturated
     }
 
     fn allows(&self, target: &Target) -> bool {
@@ -135,6 +182,15 @@ impl<'a> Eligibility<'a> {
         }
         if self.refused.contains(index) || !target.stats.breaker.admits(self.now_ms, self.breaker) {
             return Some(Ineligible::BreakerOpen);
+        }
+        if !self.ignore_saturation {
+            if let Some(by) = target.stats.saturation(
+                self.now_ms,
+                self.saturation,
+                target.provider.max_concurrency,
+            ) {
+                return Some(Ineligible::Saturated(by));
+            }
         }
         None
     }
@@ -215,13 +271,14 @@ impl NoEligible {
 
 impl fmt::Display for NoEligible {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [tried, not_allowed, unhealthy, parked, open] = self.counts;
+        let [tried, not_allowed, unhealthy, parked, open, saturated] = self.counts;
         write!(f, "of its {} targets", self.targets)?;
         for (count, what) in [
             (tried, "already tried"),
             (not_allowed, "not allowed to this key"),
             (unhealthy, "unhealthy"),
             (open, "breaker open"),
+            (saturated, "saturated"),
         ] {
             if count > 0 {
                 write!(f, ", {count} {what}")?;
@@ -243,7 +300,7 @@ mod tests {
     fn the_explanation_names_each_reason_with_its_count() {
         let none = NoEligible {
             targets: 5,
-            counts: [1, 0, 2, 1, 1],
+            counts: [1, 0, 2, 1, 1, 0],
             parked_for_ms: Some(3_500),
         };
         assert_eq!(

@@ -27,6 +27,8 @@ pub struct Provider {
     pub base_url: String,
     /// LoRA adapters the engine holds at once.
     pub max_loras: usize,
+    /// Attempts this node sends the engine at once before it is saturated.
+    pub max_concurrency: Option<u64>,
     /// Probe path of the active health check.
     pub health_path: String,
     /// Shared with every snapshot (see `health.rs`).
@@ -113,6 +115,7 @@ pub fn resolve(
         }),
         base_url: base.to_string(),
         max_loras: provider.max_loras,
+        max_concurrency: provider.max_concurrency,
         health_path: provider.health_path.clone(),
         health,
     })

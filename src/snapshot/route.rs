@@ -134,4 +134,7 @@ pub struct Route {
     pub kept: bool,
     /// The model directory its requests are tokenized with for routing.
     pub tokenizer: Option<crate::tokenization::RouteTokens>,
+    /// Where its requests wait under flow control; shared by the routes
+    /// of one group or pinned provider, and across reloads.
+    pub queue: Arc<crate::flow_control::RouteQueue>,
 }

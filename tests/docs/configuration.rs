@@ -296,6 +296,35 @@ fn default_literals() -> BTreeMap<&'static str, String> {
             "DEFAULT_LMCACHE_STALE_AFTER_SECS",
             DEFAULT_LMCACHE_STALE_AFTER_SECS.to_string(),
         ),
+        (
+            "DEFAULT_ENGINE_METRICS_POLL_INTERVAL_MS",
+            DEFAULT_ENGINE_METRICS_POLL_INTERVAL_MS.to_string(),
+        ),
+        (
+            "DEFAULT_ENGINE_METRICS_STALE_AFTER_MS",
+            DEFAULT_ENGINE_METRICS_STALE_AFTER_MS.to_string(),
+        ),
+        (
+            "DEFAULT_SATURATION_MAX_WAITING",
+            DEFAULT_SATURATION_MAX_WAITING.to_string(),
+        ),
+        (
+            "DEFAULT_SATURATION_MAX_KV_USAGE",
+            DEFAULT_SATURATION_MAX_KV_USAGE.to_string(),
+        ),
+        (
+            "DEFAULT_FLOW_CONTROL_ENABLED",
+            DEFAULT_FLOW_CONTROL_ENABLED.to_string(),
+        ),
+        (
+            "DEFAULT_FLOW_CONTROL_MAX_QUEUED",
+            DEFAULT_FLOW_CONTROL_MAX_QUEUED.to_string(),
+        ),
+        (
+            "DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS",
+            DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS.to_string(),
+        ),
+        ("DEFAULT_PRIORITY", DEFAULT_PRIORITY.to_string()),
         ("DEFAULT_RPM", DEFAULT_RPM.to_string()),
         ("DEFAULT_MAX_CONCURRENT", DEFAULT_MAX_CONCURRENT.to_string()),
         ("DEFAULT_HEALTH_PATH", format!("{DEFAULT_HEALTH_PATH:?}")),

@@ -114,6 +114,7 @@ async fn metrics_reference_matches_a_running_gateways_exposition() {
     let config = format!(
         "{}[providers.kv_events]\nendpoint = \"{}\"\nreplay_endpoint = \"{}\"\n\n\
          [providers.lmcache]\nendpoint = \"{}/fake/occupancy\"\npoll_interval_secs = 1\n\n\
+         [providers.engine_metrics]\npoll_interval_ms = 100\n\n\
          [[routes]]\nmodel = \"chat\"\nstrategy = \"round_robin\"\ntargets = [{{ provider = \"engine\", model = \"m\" }}]\n",
         provider("engine", &engine.url()),
         engine.kv_events.as_deref().unwrap(),
@@ -130,7 +131,10 @@ async fn metrics_reference_matches_a_running_gateways_exposition() {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let text = loop {
         let text = gateway.metrics().await;
-        if text.contains("rolter_kv_index_usable{") && text.contains("rolter_lmcache_occupancy{") {
+        if text.contains("rolter_kv_index_usable{")
+            && text.contains("rolter_lmcache_occupancy{")
+            && text.contains("rolter_engine_metrics_fresh{provider=\"engine\"} 1")
+        {
             break text;
         }
         assert!(
@@ -147,6 +151,8 @@ async fn metrics_reference_matches_a_running_gateways_exposition() {
         "rolter_config_reloads_total",
         "rolter_kv_events_total",
         "rolter_lmcache_occupancy",
+        "rolter_engine_metrics_polls_total",
+        "rolter_target_load",
     ] {
         assert!(
             live.contains_key(expected),

@@ -1,8 +1,9 @@
 //! rolter's load-balancing strategies: pure, synchronous, no I/O.
 //!
 //! A strategy is handed three things per request — a [`RouteContext`] (what is
-//! known about the request), a load snapshot (`loads[i]` is the in-flight
-//! request count of target `i`) and an eligibility predicate decided once by
+//! known about the request), a load snapshot (`loads[i]` is target `i`'s
+//! load: the gateway's combined figure of the engine's reported queue and
+//! its own in-flight requests, see its `tracker/engine.rs`) and an eligibility predicate decided once by
 //! the gateway (not tried yet, not parked, healthy, breaker not open, allowed
 //! to the key) — and answers with an index into the route's target list.
 //! Nothing here knows about Pingora, sockets, clocks or async, which is what
@@ -32,8 +33,8 @@ pub use latency_model::LatencyModel;
 pub use report::{BalancerReport, DecisionSplit, TargetReport};
 pub use scorer::{Candidates, Scorer};
 pub use scorers::{
-    AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, LoadScorer, PrefixAffinityScorer,
-    SessionAffinityScorer, StaticWeightScorer,
+    AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, KvUsageScorer, LoadScorer,
+    PrefixAffinityScorer, QueueDepthScorer, SessionAffinityScorer, StaticWeightScorer,
 };
 pub use strategy::{
     build, AdaptivePolicy, BuildContext, ConsistentHash, PowerOfTwo, Price, Random, RoundRobin,

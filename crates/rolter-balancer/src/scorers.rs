@@ -12,16 +12,20 @@
 mod adapter_affinity;
 mod free_capacity;
 mod kv_block;
+mod kv_usage;
 mod load;
 mod prefix_affinity;
+mod queue_depth;
 mod session_affinity;
 mod static_weight;
 
 pub use adapter_affinity::AdapterAffinityScorer;
 pub use free_capacity::FreeCapacityScorer;
 pub use kv_block::KvBlockScorer;
+pub use kv_usage::KvUsageScorer;
 pub use load::LoadScorer;
 pub use prefix_affinity::PrefixAffinityScorer;
+pub use queue_depth::QueueDepthScorer;
 pub use session_affinity::SessionAffinityScorer;
 pub use static_weight::StaticWeightScorer;
 

@@ -23,8 +23,14 @@ pub trait TargetStatsView: Send + Sync {
     /// Requests dispatched to `target` that have not received their first
     /// response byte yet: those still queued or in prefill, which a new
     /// request waits behind (streams that are only decoding do not delay
-    /// its prefill much). `None` when not measured.
+    /// its prefill much). The gateway adds what the engine itself reports
+    /// waiting, from every node. `None` when not measured.
     fn waiting(&self, _target: usize) -> Option<u64> {
+        None
+    }
+    /// The engine's KV-cache usage in [0, 1] from a fresh reading of its
+    /// metrics; `None` when not read, stale or not reported.
+    fn kv_usage(&self, _target: usize) -> Option<f64> {
         None
     }
     /// How many successful requests fed [`TargetStatsView::latency_ms`].

@@ -19,8 +19,8 @@ use super::resources::{list_body, Endpoint};
 use super::response::{method_not_allowed, not_found, ApiResponse};
 use super::{require, Caller};
 use crate::config::file::{
-    CatalogTable, ConfigFile, GroupMemberEntry, KvEventsTable, LmcacheTable, ProviderGroupTable,
-    ProviderTable, RouteTable, TargetEntry,
+    CatalogTable, ConfigFile, EngineMetricsTable, GroupMemberEntry, KvEventsTable, LmcacheTable,
+    ProviderGroupTable, ProviderTable, RouteTable, TargetEntry,
 };
 use crate::config::{Config, LmcacheFormat};
 use crate::control::store::{Catalog, ProviderGroups, Providers, Routes};
@@ -143,6 +143,13 @@ pub fn document(config: &Config) -> ConfigFile {
                         poll_interval_secs: Some(l.poll_interval.as_secs()),
                         stale_after_secs: Some(l.stale_after.as_secs()),
                     }
+                }),
+                max_concurrency: p.max_concurrency,
+                engine_metrics: p.engine_metrics.as_ref().map(|m| EngineMetricsTable {
+                    enabled: Some(true),
+                    endpoint: Some(m.endpoint.clone()),
+                    poll_interval_ms: Some(m.poll_interval.as_millis() as u64),
+                    stale_after_ms: Some(m.stale_after.as_millis() as u64),
                 }),
             })
             .collect(),

@@ -131,6 +131,8 @@ fn unset_fields_and_empty_lists_are_left_out() {
             "health": {},
             "breaker": {},
             "parking": {},
+            "saturation": {},
+            "flow_control": {},
         })
     );
     let document: file::ConfigFile = toml::from_str(

@@ -296,6 +296,17 @@ impl Validator<'_> {
                 }
             }
 
+            let priority = table.priority.unwrap_or(file::DEFAULT_PRIORITY);
+            if !(-file::MAX_PRIORITY..=file::MAX_PRIORITY).contains(&priority) {
+                self.error(
+                    format!("{here}.priority"),
+                    format!(
+                        "must be between -{max} and {max} (got {priority})",
+                        max = file::MAX_PRIORITY
+                    ),
+                );
+            }
+
             if let (Some(name), Some(digest)) = (name, digest) {
                 if self.errors.len() == errors_before {
                     keys.push(ApiKey {
@@ -307,6 +318,8 @@ impl Validator<'_> {
                         max_concurrent: table
                             .max_concurrent
                             .unwrap_or(file::DEFAULT_MAX_CONCURRENT),
+                        // Within +-1000 (no error), so it fits.
+                        priority: i32::try_from(priority).unwrap_or_default(),
                     });
                 }
             }

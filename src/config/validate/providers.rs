@@ -8,6 +8,7 @@
 
 use super::super::file;
 use super::super::{derive_slug, is_valid_slug, BaseUrl, Provider, UpstreamTls};
+use super::eligibility::Unit;
 use super::Validator;
 
 /// A provider as routes and keys see it: its slug resolves even when the
@@ -173,6 +174,17 @@ impl Validator<'_> {
             );
             let kv_events = self.kv_events(&here, table.kv_events);
             let lmcache = self.lmcache(&here, table.lmcache);
+            let engine_metrics =
+                self.engine_metrics(&here, table.engine_metrics, base_url.as_ref());
+            let max_concurrency = table.max_concurrency.and_then(|written| {
+                self.bounded(
+                    &at("max_concurrency"),
+                    Some(written),
+                    1,
+                    file::MAX_PROVIDER_CONCURRENCY,
+                    Unit::Count,
+                )
+            });
 
             let valid = match (&name, base_url) {
                 (Some(name), Some(base_url)) if self.errors.len() == errors_before => {
@@ -185,6 +197,8 @@ impl Validator<'_> {
                         max_loras,
                         kv_events,
                         lmcache,
+                        max_concurrency,
+                        engine_metrics,
                         tls,
                     })
                 }

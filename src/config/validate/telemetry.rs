@@ -1,6 +1,8 @@
 //! A provider's engine telemetry: `[providers.kv_events]` (vLLM's KV-cache
-//! event stream, for `precise_cache_aware`) and `[providers.lmcache]` (an
-//! occupancy signal, for `lmcache_aware`). Formats: docs/design/wire-formats.md.
+//! event stream, for `precise_cache_aware`), `[providers.lmcache]` (an
+//! occupancy signal, for `lmcache_aware`) and `[providers.engine_metrics]`
+//! (the engine's load, for every load-reading strategy). Formats:
+//! docs/design/wire-formats.md.
 //!
 //! A data-parallel engine runs one publisher per rank, rank r on the
 //! configured port + r, so the whole port range of every rank must fit
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use super::super::endpoint::{self, TcpEndpoint};
 use super::super::file;
-use super::super::{KvEvents, Lmcache, LmcacheFormat};
+use super::super::{BaseUrl, EngineMetrics, KvEvents, Lmcache, LmcacheFormat};
 use super::eligibility::{by_default, Unit};
 use super::Validator;
 
@@ -234,6 +236,86 @@ impl Validator<'_> {
             format: format?,
             poll_interval: Duration::from_secs(poll_interval?),
             stale_after: Duration::from_secs(stale_after?),
+        })
+    }
+
+    /// `[providers.engine_metrics]` of the provider at `here`, whose base
+    /// URL is `base_url` when it is valid; `None` when absent, switched off
+    /// or invalid (then with errors).
+    pub(super) fn engine_metrics(
+        &mut self,
+        here: &str,
+        table: Option<file::EngineMetricsTable>,
+        base_url: Option<&BaseUrl>,
+    ) -> Option<EngineMetrics> {
+        let table = table?;
+        let at = |field: &str| format!("{here}.engine_metrics.{field}");
+        let errors_before = self.errors.len();
+
+        let endpoint = match table.endpoint {
+            Some(written) => match endpoint::check_http(&written) {
+                Ok(()) => Some(written.trim().to_owned()),
+                Err(error) => {
+                    self.error(at("endpoint"), error.to_string());
+                    None
+                }
+            },
+            // An invalid base_url has its own error.
+            None => base_url.map(|base| format!("{base}/metrics")),
+        };
+        let mut millis = |field: &str, written: Option<u64>, default: u64, min: u64, max: u64| {
+            let value = written.unwrap_or(default);
+            if (min..=max).contains(&value) {
+                return Some(value);
+            }
+            self.error(
+                at(field),
+                format!("must be between {min} and {max} milliseconds (got {value})"),
+            );
+            None
+        };
+        let poll = millis(
+            "poll_interval_ms",
+            table.poll_interval_ms,
+            file::DEFAULT_ENGINE_METRICS_POLL_INTERVAL_MS,
+            file::MIN_ENGINE_METRICS_POLL_INTERVAL_MS,
+            file::MAX_ENGINE_METRICS_POLL_INTERVAL_MS,
+        );
+        let stale = millis(
+            "stale_after_ms",
+            table.stale_after_ms,
+            file::DEFAULT_ENGINE_METRICS_STALE_AFTER_MS,
+            1,
+            file::MAX_ENGINE_METRICS_STALE_AFTER_MS,
+        );
+        if let (Some(poll), Some(stale)) = (poll, stale) {
+            if stale <= poll {
+                let reason = "a reading must outlive the interval between two reads";
+                if table.stale_after_ms.is_some() {
+                    self.error(
+                        at("stale_after_ms"),
+                        format!(
+                            "must be greater than poll_interval_ms (got stale_after_ms = {stale}, poll_interval_ms = {poll}{}): {reason}",
+                            by_default(table.poll_interval_ms)
+                        ),
+                    );
+                } else {
+                    self.error(
+                        at("poll_interval_ms"),
+                        format!(
+                            "must be less than stale_after_ms (got poll_interval_ms = {poll}, stale_after_ms = {stale} by default): {reason}"
+                        ),
+                    );
+                }
+            }
+        }
+        if self.errors.len() != errors_before || table.enabled == Some(false) {
+            return None;
+        }
+        Some(EngineMetrics {
+            endpoint: endpoint?,
+            poll_interval: Duration::from_millis(poll?),
+            stale_after: Duration::from_millis(stale?),
         })
     }
 }

@@ -89,6 +89,9 @@ pub struct ApiKeyView {
     /// Requests in flight at once on each node; 0 = unlimited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
+    /// Flow control's priority band; negative = sheddable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// An admin token as the control API shows it: never the token, nor a
@@ -122,6 +125,7 @@ impl Resource for ApiKeys {
         "providers",
         "rpm",
         "max_concurrent",
+        "priority",
     ];
 
     fn key_field(row: &ApiKeyTable) -> &Option<String> {
@@ -149,6 +153,7 @@ impl Resource for ApiKeys {
             providers: row.providers.clone(),
             rpm: row.rpm,
             max_concurrent: row.max_concurrent,
+            priority: row.priority,
         };
         serde_json::to_value(view).unwrap_or_default()
     }
@@ -170,7 +175,8 @@ impl Resource for ApiKeys {
             .bind(&row.models)
             .bind(&row.providers)
             .bind(row.rpm.map(i64::from))
-            .bind(row.max_concurrent.map(i64::from)))
+            .bind(row.max_concurrent.map(i64::from))
+            .bind(row.priority))
     }
 }
 
@@ -205,6 +211,7 @@ fn api_key(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
             "max_concurrent",
             column(row, "max_concurrent", table)?,
         )?,
+        priority: column(row, "priority", table)?,
         name: Some(name),
     })
 }

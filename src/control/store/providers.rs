@@ -1,5 +1,5 @@
-//! `providers`: one row per `[[providers]]` table, its `kv_events` and
-//! `lmcache` tables as JSON objects.
+//! `providers`: one row per `[[providers]]` table, its `kv_events`,
+//! `lmcache` and `engine_metrics` tables as JSON objects.
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
@@ -7,7 +7,9 @@ use sqlx::postgres::PgRow;
 use super::resource::{from_bigint, required, to_bigint, PgQuery, Resource, ResourceKind};
 use super::{column, StoreError};
 use crate::config::derive_slug;
-use crate::config::file::{ConfigFile, KvEventsTable, LmcacheTable, ProviderTable};
+use crate::config::file::{
+    ConfigFile, EngineMetricsTable, KvEventsTable, LmcacheTable, ProviderTable,
+};
 
 /// `[[providers]]`, keyed by slug.
 pub struct Providers;
@@ -29,6 +31,8 @@ impl Resource for Providers {
         "max_loras",
         "kv_events",
         "lmcache",
+        "max_concurrency",
+        "engine_metrics",
     ];
 
     fn key_field(row: &ProviderTable) -> &Option<String> {
@@ -72,7 +76,9 @@ impl Resource for Providers {
             .bind(row.tls_verify)
             .bind(values.max_loras)
             .bind(values.kv_events)
-            .bind(values.lmcache))
+            .bind(values.lmcache)
+            .bind(values.max_concurrency)
+            .bind(values.engine_metrics))
     }
 }
 
@@ -83,6 +89,8 @@ struct Values<'a> {
     max_loras: Option<i64>,
     kv_events: Option<serde_json::Value>,
     lmcache: Option<serde_json::Value>,
+    max_concurrency: Option<i64>,
+    engine_metrics: Option<serde_json::Value>,
 }
 
 impl<'a> Values<'a> {
@@ -93,6 +101,8 @@ impl<'a> Values<'a> {
             max_loras: to_bigint(KIND, key, "max_loras", row.max_loras)?,
             kv_events: json_of(key, "kv_events", &row.kv_events)?,
             lmcache: json_of(key, "lmcache", &row.lmcache)?,
+            max_concurrency: to_bigint(KIND, key, "max_concurrency", row.max_concurrency)?,
+            engine_metrics: json_of(key, "engine_metrics", &row.engine_metrics)?,
         })
     }
 }
@@ -147,6 +157,17 @@ fn provider(row: &PgRow) -> Result<ProviderTable, StoreError> {
             column(row, "kv_events", context)?,
         )?,
         lmcache: table_of::<LmcacheTable>(&slug, "lmcache", column(row, "lmcache", context)?)?,
+        max_concurrency: from_bigint(
+            KIND,
+            &slug,
+            "max_concurrency",
+            column(row, "max_concurrency", context)?,
+        )?,
+        engine_metrics: table_of::<EngineMetricsTable>(
+            &slug,
+            "engine_metrics",
+            column(row, "engine_metrics", context)?,
+        )?,
         slug: Some(slug),
     })
 }

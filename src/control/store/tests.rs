@@ -9,8 +9,9 @@ use chrono::Utc;
 use super::test_db::TestDb;
 use super::*;
 use crate::config::file::{
-    AdminTokenTable, ApiKeyTable, CacheGuardTable, CatalogTable, GroupMemberEntry, KvEventsTable,
-    LmcacheTable, ProviderGroupTable, ProviderTable, RouteTable, SaltedDigestTable, TargetEntry,
+    AdminTokenTable, ApiKeyTable, CacheGuardTable, CatalogTable, EngineMetricsTable,
+    GroupMemberEntry, KvEventsTable, LmcacheTable, ProviderGroupTable, ProviderTable, RouteTable,
+    SaltedDigestTable, TargetEntry,
 };
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,7 +65,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-            vec![1, 2],
+            vec![1, 2, 3],
             "{applied:?}"
         );
         assert!(store.migrate().await.unwrap().is_empty());
@@ -121,6 +122,13 @@ async fn provider_round_trips_with_its_kv_events_and_lmcache_sources() {
                 metric: Some("lmcache_occupancy".to_owned()),
                 poll_interval_secs: Some(3),
                 stale_after_secs: Some(30),
+            }),
+            max_concurrency: Some(8),
+            engine_metrics: Some(EngineMetricsTable {
+                enabled: Some(true),
+                endpoint: Some("http://10.0.0.11:8000/metrics".to_owned()),
+                poll_interval_ms: Some(250),
+                stale_after_ms: Some(2_000),
             }),
         };
         let (version, stored) = store.create::<Providers>("ops", &full).await.unwrap();
@@ -314,12 +322,14 @@ async fn keys_and_tokens_are_stored_as_salted_digests_only() {
             providers: vec!["gpu-a".to_owned(), "gpu-b".to_owned()],
             rpm: Some(60),
             max_concurrent: Some(4),
+            priority: Some(-2),
             ..ApiKeyTable::default()
         };
         let (_, stored) = store.create::<ApiKeys>("ops", &key).await.unwrap();
         assert_eq!(stored, key);
         let public = ApiKeys::public(&stored);
         assert_eq!(public["key_id"], "0123456789abcdef");
+        assert_eq!(public["priority"], -2);
         assert!(public.get("key_salted").is_none(), "{public}");
 
         // A key from the environment belongs in rolter.toml.

@@ -565,6 +565,14 @@ export interface components {
             models?: string[];
             /** @description Name shown in logs and metrics. Required, non-empty, unique. */
             name?: string | null;
+            /**
+             * Format: int64
+             * @description Extension. The key's priority band under flow control: higher
+             *     bands are dispatched first; a negative priority is sheddable.
+             *     A request may lower its own with `x-rolter-priority`, never raise
+             *     it. Default: 0; -1000 to 1000.
+             */
+            priority?: number | null;
             /** @description Provider slugs this key may reach. Default: empty = all. */
             providers?: string[];
             /**
@@ -589,6 +597,11 @@ export interface components {
             /** @description Public models this key may use; empty = all. */
             models?: string[];
             name?: string | null;
+            /**
+             * Format: int64
+             * @description Flow control's priority band; negative = sheddable.
+             */
+            priority?: number | null;
             /** @description Provider slugs this key may reach; empty = all. */
             providers?: string[];
             /**
@@ -735,6 +748,11 @@ export interface components {
             catalog?: components["schemas"]["CatalogTable"][];
             control_plane?: null | components["schemas"]["ControlPlaneTable"];
             /**
+             * @description `[flow_control]`: requests wait in the gateway while every engine
+             *     of their route is saturated. Default: every field's default (off).
+             */
+            flow_control?: components["schemas"]["FlowControlTable"];
+            /**
              * @description `[health]`: active probes of every provider. Default: every field's
              *     default (probing on).
              */
@@ -755,6 +773,11 @@ export interface components {
             retry?: components["schemas"]["RetryTable"];
             /** @description `[[routes]]`: public model names and where they go. Default: none. */
             routes?: components["schemas"]["RouteTable"][];
+            /**
+             * @description `[saturation]`: when an engine counts as full. Default: every
+             *     field's default.
+             */
+            saturation?: components["schemas"]["SaturationTable"];
             /** @description `[server]`: listeners and request limits. Default: every field's default. */
             server?: components["schemas"]["ServerTable"];
             /** @description `[timeouts]`: upstream timeouts. Default: every field's default. */
@@ -811,6 +834,34 @@ export interface components {
             /** Format: int64 */
             fallback: number;
         };
+        /**
+         * @description `[providers.engine_metrics]`: where the engine's Prometheus metrics are
+         *     read, for a load every gateway node agrees on.
+         */
+        EngineMetricsTable: {
+            /**
+             * @description Extension. Whether the metrics are read. Default: true (the table
+             *     being there turns them on).
+             */
+            enabled?: boolean | null;
+            /**
+             * @description "http(s)://host[:port][/path]". Default: the provider's base_url
+             *     followed by "/metrics".
+             */
+            endpoint?: string | null;
+            /**
+             * Format: int64
+             * @description Time between two reads, in milliseconds. Default: 500; 50 to 60000.
+             */
+            poll_interval_ms?: number | null;
+            /**
+             * Format: int64
+             * @description Age after which a reading is stale and the node's own count is used
+             *     instead, in milliseconds. Default: 3000; more than
+             *     `poll_interval_ms`, at most 600000.
+             */
+            stale_after_ms?: number | null;
+        };
         /** @description `GET /admin/kv-index`: each provider's KV-event index and LMCache signal. */
         EngineTelemetryAnswer: {
             kv_indexes: components["schemas"]["KvIndexSummary"][];
@@ -861,6 +912,31 @@ export interface components {
             document: components["schemas"]["ConfigFile"];
             /** Format: int64 */
             version: number;
+        };
+        /**
+         * @description `[flow_control]`: requests wait in the gateway, ordered by priority and
+         *     shared fairly between API keys, while every target of their route is
+         *     saturated.
+         */
+        FlowControlTable: {
+            /**
+             * @description Whether requests wait instead of being sent to saturated engines.
+             *     Default: false.
+             */
+            enabled?: boolean | null;
+            /**
+             * Format: int64
+             * @description Requests one route may hold waiting; past it, 429. Default: 1000;
+             *     1 to 1000000.
+             */
+            max_queued?: number | null;
+            /**
+             * Format: int64
+             * @description The longest a request waits, in seconds; then 429. Requests with a
+             *     negative priority wait at most a quarter of it. Default: 30; 1 to
+             *     3600.
+             */
+            max_wait_secs?: number | null;
         };
         /**
          * @description A provider group's balancer and members, as `/admin/routes` lists them.
@@ -1081,6 +1157,11 @@ export interface components {
                 /** @description Public models this key may use; empty = all. */
                 models?: string[];
                 name?: string | null;
+                /**
+                 * Format: int64
+                 * @description Flow control's priority band; negative = sheddable.
+                 */
+                priority?: number | null;
                 /** @description Provider slugs this key may reach; empty = all. */
                 providers?: string[];
                 /**
@@ -1178,10 +1259,18 @@ export interface components {
                  *     the system roots only. Warned about on an `http://` provider.
                  */
                 ca_file?: string | null;
+                engine_metrics?: null | components["schemas"]["EngineMetricsTable"];
                 /** @description Path probed for health, starting with '/'. Default: "/v1/models". */
                 health_path?: string | null;
                 kv_events?: null | components["schemas"]["KvEventsTable"];
                 lmcache?: null | components["schemas"]["LmcacheTable"];
+                /**
+                 * Format: int64
+                 * @description Extension. Requests this gateway node sends the engine at once; at
+                 *     this many the engine is saturated (see `[saturation]`). Default:
+                 *     none (no limit); 1 to 1000000.
+                 */
+                max_concurrency?: number | null;
                 /**
                  * Format: int64
                  * @description How many LoRA adapters the engine holds resident at once: set it to
@@ -1371,6 +1460,20 @@ export interface components {
             /** Format: int64 */
             min_samples: number;
         };
+        /** @description An engine's metrics polling, as the admin API and `/metrics` show it. */
+        PollSummary: {
+            /**
+             * Format: int64
+             * @description Since the last good poll; `None` before the first.
+             */
+            age_ms?: number | null;
+            /** Format: int64 */
+            failures: number;
+            /** @description The engine's readings are used now. */
+            fresh: boolean;
+            /** Format: int64 */
+            polls: number;
+        };
         /** @description A configuration problem, at its field path. */
         Problem: {
             /** @description `providers[0].base_url`; `null` for a problem of the whole document. */
@@ -1437,10 +1540,18 @@ export interface components {
              *     the system roots only. Warned about on an `http://` provider.
              */
             ca_file?: string | null;
+            engine_metrics?: null | components["schemas"]["EngineMetricsTable"];
             /** @description Path probed for health, starting with '/'. Default: "/v1/models". */
             health_path?: string | null;
             kv_events?: null | components["schemas"]["KvEventsTable"];
             lmcache?: null | components["schemas"]["LmcacheTable"];
+            /**
+             * Format: int64
+             * @description Extension. Requests this gateway node sends the engine at once; at
+             *     this many the engine is saturated (see `[saturation]`). Default:
+             *     none (no limit); 1 to 1000000.
+             */
+            max_concurrency?: number | null;
             /**
              * Format: int64
              * @description How many LoRA adapters the engine holds resident at once: set it to
@@ -1495,6 +1606,19 @@ export interface components {
             stale: boolean;
             /** @description Neither stale nor rebuilding: its blocks count. */
             usable: boolean;
+        };
+        /** @description A target's engine reading as the admin API shows it. */
+        ReadingSummary: {
+            /** Format: int64 */
+            age_ms: number;
+            /** @description Young enough and the last poll succeeded: the reading is used. */
+            fresh: boolean;
+            /** Format: double */
+            kv_usage?: number | null;
+            /** Format: int64 */
+            running: number;
+            /** Format: int64 */
+            waiting: number;
         };
         /** @description `POST /admin/reload`: what the reload did. */
         ReloadAnswer: {
@@ -1615,6 +1739,11 @@ export interface components {
              */
             health_panic: boolean;
             model: string;
+            /**
+             * Format: int64
+             * @description Requests waiting in flow control for one of its targets.
+             */
+            queued: number;
             reads_weights: boolean;
             report: components["schemas"]["ReportView"];
             strategy: string;
@@ -1654,6 +1783,11 @@ export interface components {
                 /** @description Public models this key may use; empty = all. */
                 models?: string[];
                 name?: string | null;
+                /**
+                 * Format: int64
+                 * @description Flow control's priority band; negative = sheddable.
+                 */
+                priority?: number | null;
                 /** @description Provider slugs this key may reach; empty = all. */
                 providers?: string[];
                 /**
@@ -1751,10 +1885,18 @@ export interface components {
                  *     the system roots only. Warned about on an `http://` provider.
                  */
                 ca_file?: string | null;
+                engine_metrics?: null | components["schemas"]["EngineMetricsTable"];
                 /** @description Path probed for health, starting with '/'. Default: "/v1/models". */
                 health_path?: string | null;
                 kv_events?: null | components["schemas"]["KvEventsTable"];
                 lmcache?: null | components["schemas"]["LmcacheTable"];
+                /**
+                 * Format: int64
+                 * @description Extension. Requests this gateway node sends the engine at once; at
+                 *     this many the engine is saturated (see `[saturation]`). Default:
+                 *     none (no limit); 1 to 1000000.
+                 */
+                max_concurrency?: number | null;
                 /**
                  * Format: int64
                  * @description How many LoRA adapters the engine holds resident at once: set it to
@@ -1848,6 +1990,31 @@ export interface components {
             salt?: string | null;
             /** @description SHA-256 of salt || key, 64 hex digits. Required. */
             sha256?: string | null;
+        };
+        /**
+         * @description Why a target takes no new request now.
+         * @enum {string}
+         */
+        SaturatedBy: "concurrency" | "queue" | "kv_cache";
+        /**
+         * @description `[saturation]`: when a target counts as full. A saturated target takes
+         *     no new request while another is not saturated (or, with flow control
+         *     on, at all: the request waits in the gateway).
+         */
+        SaturationTable: {
+            /**
+             * Format: double
+             * @description An engine reporting this share of its KV cache in use or more is
+             *     saturated (read with `engine_metrics`). Default: 0.8; above 0, at
+             *     most 1.
+             */
+            max_kv_usage?: number | null;
+            /**
+             * Format: int64
+             * @description An engine reporting this many waiting requests or more is
+             *     saturated (read with `engine_metrics`). Default: 5; 1 to 1000000.
+             */
+            max_waiting?: number | null;
         };
         /** @description `[server]`. */
         ServerTable: {
@@ -2069,10 +2236,24 @@ export interface components {
         };
         TargetView: components["schemas"]["TargetLoad"] & {
             base_url: string;
+            /**
+             * Format: int64
+             * @description The load strategies read: the engine's reported running + waiting
+             *     plus what this node sent since, never below `in_flight`
+             *     (`tracker/engine.rs`); `in_flight` alone without a fresh reading.
+             */
+            combined_load: number;
+            engine_metrics?: null | components["schemas"]["PollSummary"];
+            engine_reading?: null | components["schemas"]["ReadingSummary"];
             /** @description The provider's active health (true until probes say otherwise). */
             healthy: boolean;
             kv_index?: null | components["schemas"]["KvIndexView"];
             lmcache?: null | components["schemas"]["LmcacheView"];
+            /**
+             * Format: int64
+             * @description The provider's `max_concurrency`, when it has one.
+             */
+            max_concurrency?: number | null;
             model: string;
             /**
              * Format: int64
@@ -2086,6 +2267,7 @@ export interface components {
              */
             probe_misconfigured?: number | null;
             provider: string;
+            saturated?: null | components["schemas"]["SaturatedBy"];
             /** Format: int32 */
             weight: number;
         };
@@ -2211,6 +2393,11 @@ export interface components {
                 /** @description Public models this key may use; empty = all. */
                 models?: string[];
                 name?: string | null;
+                /**
+                 * Format: int64
+                 * @description Flow control's priority band; negative = sheddable.
+                 */
+                priority?: number | null;
                 /** @description Provider slugs this key may reach; empty = all. */
                 providers?: string[];
                 /**
@@ -2341,10 +2528,18 @@ export interface components {
                  *     the system roots only. Warned about on an `http://` provider.
                  */
                 ca_file?: string | null;
+                engine_metrics?: null | components["schemas"]["EngineMetricsTable"];
                 /** @description Path probed for health, starting with '/'. Default: "/v1/models". */
                 health_path?: string | null;
                 kv_events?: null | components["schemas"]["KvEventsTable"];
                 lmcache?: null | components["schemas"]["LmcacheTable"];
+                /**
+                 * Format: int64
+                 * @description Extension. Requests this gateway node sends the engine at once; at
+                 *     this many the engine is saturated (see `[saturation]`). Default:
+                 *     none (no limit); 1 to 1000000.
+                 */
+                max_concurrency?: number | null;
                 /**
                  * Format: int64
                  * @description How many LoRA adapters the engine holds resident at once: set it to
@@ -5200,14 +5395,16 @@ export const FIELD_HELP = {
     "models": "Public models this key may use, each a configured route. Default: empty = all.",
     "providers": "Provider slugs this key may reach. Default: empty = all.",
     "rpm": "Requests per minute this key may make on each node; 0 = unlimited. Default: 0.",
-    "max_concurrent": "Requests this key may have in flight at once on each node; 0 = unlimited. Default: 0."
+    "max_concurrent": "Requests this key may have in flight at once on each node; 0 = unlimited. Default: 0.",
+    "priority": "Extension. The key's priority band under flow control: higher bands are dispatched first; a negative priority is sheddable. A request may lower its own with `x-rolter-priority`, never raise it. Default: 0; -1000 to 1000."
   },
   "ApiKeyView": {
     "key_id": "The public id of a key rolter generated (`rk-<id>-<secret>`).",
     "models": "Public models this key may use; empty = all.",
     "providers": "Provider slugs this key may reach; empty = all.",
     "rpm": "Requests per minute on each node; 0 = unlimited.",
-    "max_concurrent": "Requests in flight at once on each node; 0 = unlimited."
+    "max_concurrent": "Requests in flight at once on each node; 0 = unlimited.",
+    "priority": "Flow control's priority band; negative = sheddable."
   },
   "AuditRecord": {
     "actor": "The admin token that made the change.",
@@ -5247,7 +5444,9 @@ export const FIELD_HELP = {
     "adaptive_routing": "`[adaptive_routing]`: the deployment-wide policy of the `adaptive` strategy. Default: every field's default (switched off).",
     "health": "`[health]`: active probes of every provider. Default: every field's default (probing on).",
     "breaker": "`[breaker]`: the per-target circuit breaker. Default: every field's default (on).",
-    "parking": "`[parking]`: how long a failing target sits out. Default: every field's default."
+    "parking": "`[parking]`: how long a failing target sits out. Default: every field's default.",
+    "saturation": "`[saturation]`: when an engine counts as full. Default: every field's default.",
+    "flow_control": "`[flow_control]`: requests wait in the gateway while every engine of their route is saturated. Default: every field's default (off)."
   },
   "ControlPlaneTable": {
     "url": "`http(s)://host[:port]` of a control node's admin listener (often an L4 balancer in front of several). Required with role \"gateway\"; has no effect (warned) with \"control\".",
@@ -5256,6 +5455,12 @@ export const FIELD_HELP = {
     "node_id": "This node's name in the fleet, `^[A-Za-z0-9._-]{1,128}$`; sent as `x-rolter-node-id`. Default (also for \"\"): the host name.",
     "poll_interval_secs": "Extension. Time between two snapshot polls of a gateway, in seconds. Default: 5; 1 to 300.",
     "telemetry_interval_secs": "Extension. Time between two telemetry pushes of a gateway, in seconds. Default: 15; 1 to 300."
+  },
+  "EngineMetricsTable": {
+    "enabled": "Extension. Whether the metrics are read. Default: true (the table being there turns them on).",
+    "endpoint": "\"http(s)://host[:port][/path]\". Default: the provider's base_url followed by \"/metrics\".",
+    "poll_interval_ms": "Time between two reads, in milliseconds. Default: 500; 50 to 60000.",
+    "stale_after_ms": "Age after which a reading is stale and the node's own count is used instead, in milliseconds. Default: 3000; more than `poll_interval_ms`, at most 600000."
   },
   "EngineTelemetryAnswer": {
     "lmcache": "By provider slug."
@@ -5269,6 +5474,11 @@ export const FIELD_HELP = {
   "EventCounts": {
     "unknown": "Events of a type this version does not know, skipped.",
     "malformed": "Events that could not be read, skipped (also in their type's `dropped` when the type was readable)."
+  },
+  "FlowControlTable": {
+    "enabled": "Whether requests wait instead of being sent to saturated engines. Default: false.",
+    "max_queued": "Requests one route may hold waiting; past it, 429. Default: 1000; 1 to 1000000.",
+    "max_wait_secs": "The longest a request waits, in seconds; then 429. Requests with a negative priority wait at most a quarter of it. Default: 30; 1 to 3600."
   },
   "GroupView": {
     "token_sources": "Where its requests' routing token ids came from."
@@ -5359,6 +5569,10 @@ export const FIELD_HELP = {
     "updated_by": "The admin token that set it; `null` for the migration's defaults.",
     "managed_by": "Who manages the policy of this node: `rolter.toml` or `the control node`."
   },
+  "PollSummary": {
+    "fresh": "The engine's readings are used now.",
+    "age_ms": "Since the last good poll; `None` before the first."
+  },
   "Problem": {
     "field": "`providers[0].base_url`; `null` for a problem of the whole document."
   },
@@ -5378,7 +5592,8 @@ export const FIELD_HELP = {
     "health_path": "Path probed for health, starting with '/'. Default: \"/v1/models\".",
     "max_loras": "How many LoRA adapters the engine holds resident at once: set it to the engine's vLLM `--max-loras`. `lora_aware` remembers that many adapters per target. Default: 8; 1 to 1024.",
     "ca_file": "PEM bundle of CAs trusted for an `https://` base_url, on top of the system roots (a private CA). Must exist and be readable. Default: the system roots only. Warned about on an `http://` provider.",
-    "tls_verify": "Whether an `https://` provider's certificate is verified. Default: true; false is warned about at start."
+    "tls_verify": "Whether an `https://` provider's certificate is verified. Default: true; false is warned about at start.",
+    "max_concurrency": "Extension. Requests this gateway node sends the engine at once; at this many the engine is saturated (see `[saturation]`). Default: none (no limit); 1 to 1000000."
   },
   "Ranking": {
     "policy": "The policy the node runs (it may lag the stored one)."
@@ -5391,6 +5606,9 @@ export const FIELD_HELP = {
     "last_message_age_ms": "Milliseconds since the last message; `None` before the first.",
     "next_seq": "The seq the rank expects next; `None` before the first message.",
     "blocks": "Engine blocks held for this rank."
+  },
+  "ReadingSummary": {
+    "fresh": "Young enough and the last poll succeeded: the reading is used."
   },
   "ReloadAnswer": {
     "version": "The configuration version served now (the old one when refused).",
@@ -5420,7 +5638,8 @@ export const FIELD_HELP = {
   },
   "RouteView": {
     "health_panic": "Active health checks mark every target down and requests are routed across them anyway (`proxy/select.rs`).",
-    "token_sources": "Where its requests' routing token ids came from."
+    "token_sources": "Where its requests' routing token ids came from.",
+    "queued": "Requests waiting in flow control for one of its targets."
   },
   "RowAnswer_AdminTokenView": {
     "data": "An admin token as the control API shows it: never the token, nor a digest of it."
@@ -5444,6 +5663,10 @@ export const FIELD_HELP = {
     "id": "The id inside the key, 16 lowercase hex digits; it finds the digest without hashing once per key. Required.",
     "salt": "The salt, 32 hex digits (16 bytes). Required.",
     "sha256": "SHA-256 of salt || key, 64 hex digits. Required."
+  },
+  "SaturationTable": {
+    "max_waiting": "An engine reporting this many waiting requests or more is saturated (read with `engine_metrics`). Default: 5; 1 to 1000000.",
+    "max_kv_usage": "An engine reporting this share of its KV cache in use or more is saturated (read with `engine_metrics`). Default: 0.8; above 0, at most 1."
   },
   "ServerTable": {
     "listen": "Proxy listeners, each \"ip:port\". Default: `[\"0.0.0.0:8080\"]`.",

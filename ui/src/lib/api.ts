@@ -16,6 +16,7 @@ export type Session = Schemas["SessionView"];
 export type ProviderRow = Schemas["ProviderTable"];
 export type KvEventsSource = Schemas["KvEventsTable"];
 export type LmcacheSource = Schemas["LmcacheTable"];
+export type EngineMetricsSource = Schemas["EngineMetricsTable"];
 export type TargetEntry = Schemas["TargetEntry"];
 export type RouteRow = Schemas["RouteTable"];
 export type GroupRow = Schemas["ProviderGroupTable"];

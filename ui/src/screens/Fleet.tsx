@@ -37,7 +37,8 @@ export function Fleet() {
           </>
         }
       >
-        Every target of every route with its health, breaker, parking, load and latency, refreshed every{" "}
+        Every target of every route with its health, breaker, parking, load (the engine's own figures where its metrics
+        are read), saturation, flow-control queue and latency, refreshed every{" "}
         {FLEET_POLL_MS / 1000} s, and the freshness of its KV-event index and LMCache signal where its provider has
         those sources.
       </PageHead>
@@ -72,6 +73,16 @@ export function Fleet() {
             tone={targets.some((t) => t.parked_until_ms != null) ? "warn" : undefined}
           />
           <Tile label="In flight" value={targets.reduce((n, t) => n + t.in_flight, 0)} />
+          <Tile
+            label="Saturated"
+            value={targets.filter((t) => t.saturated != null).length}
+            tone={targets.some((t) => t.saturated != null) ? "warn" : undefined}
+          />
+          <Tile
+            label="Queued"
+            value={all.reduce((n, r) => n + r.queued, 0)}
+            tone={all.some((r) => r.queued > 0) ? "warn" : undefined}
+          />
         </div>
       )}
       {routes.data && all.length === 0 && <Empty>No routes are configured on this node.</Empty>}
@@ -84,7 +95,16 @@ export function Fleet() {
               <Link to={href.model(route.model)}>{route.model}</Link> <StrategyBadge strategy={route.strategy} />
             </>
           }
-          aside={route.report.decisions ? decisionsLine(route.report.decisions) : undefined}
+          aside={
+            <>
+              {route.queued > 0 && (
+                <Badge tone="warn" title="Requests waiting in flow control for a target of this route">
+                  {formatNumber(route.queued)} queued
+                </Badge>
+              )}{" "}
+              {route.report.decisions ? decisionsLine(route.report.decisions) : undefined}
+            </>
+          }
         >
           <Table className="fleet"
             columns={[
@@ -92,7 +112,7 @@ export function Fleet() {
               { label: "Health" },
               { label: "Breaker" },
               { label: "Parked" },
-              { label: "In flight", num: true },
+              { label: "Load", num: true },
               { label: "Latency EWMA", num: true },
               { label: "Picks", num: true },
               { label: "Requests", num: true },
@@ -150,7 +170,24 @@ function TargetRow(props: { target: LiveTarget; providers: ProviderRow[] }) {
           <Badge tone="warn">for {formatDuration(target.parked_until_ms)}</Badge>
         )}
       </td>
-      <td className="num">{formatNumber(target.in_flight)}</td>
+      <td className="num">
+        {formatNumber(target.combined_load)}{" "}
+        {target.saturated != null && (
+          <Badge tone="warn" title="Takes no new request: at max_concurrency, or the engine's queue or KV cache is full">
+            saturated: {target.saturated.replace("_", " ")}
+          </Badge>
+        )}
+        <div className="faint small">
+          {formatNumber(target.in_flight)} here
+          {target.max_concurrency != null && ` of ${formatNumber(target.max_concurrency)}`}
+          {target.engine_reading &&
+            ` · engine ${formatNumber(target.engine_reading.running)} running, ${formatNumber(
+              target.engine_reading.waiting,
+            )} waiting${target.engine_reading.kv_usage != null ? `, KV ${formatPercent(target.engine_reading.kv_usage)}` : ""}, ${
+              target.engine_reading.fresh ? "" : "stale, "
+            }read ${formatDuration(target.engine_reading.age_ms)} ago`}
+        </div>
+      </td>
       <td className="num">
         {formatMs(target.latency_ewma_ms)}
         <div className="faint small">{formatNumber(target.latency_samples)} samples</div>

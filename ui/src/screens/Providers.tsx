@@ -1,9 +1,17 @@
 // The providers list and the provider sheet: every field of a
-// `[[providers]]` table, its `kv_events` and `lmcache` telemetry sources
-// included, editable for providers kept in the database (control nodes).
+// `[[providers]]` table, its `kv_events`, `lmcache` and `engine_metrics`
+// telemetry sources included, editable for providers kept in the database
+// (control nodes).
 
 import { useState, type FormEvent, type ReactNode } from "react";
-import { ApiError, type EngineTelemetry, type KvEventsSource, type LmcacheSource, type ProviderRow } from "../lib/api";
+import {
+  ApiError,
+  type EngineMetricsSource,
+  type EngineTelemetry,
+  type KvEventsSource,
+  type LmcacheSource,
+  type ProviderRow,
+} from "../lib/api";
 import { FIELD_HELP } from "../lib/api.gen";
 import { applyEdits, fieldText, type FieldEdit, type FieldKind } from "../lib/edit";
 import { useApp, useConfig, useGet } from "../lib/hooks";
@@ -99,6 +107,7 @@ const GENERAL: { key: keyof ProviderRow; label: string; kind: FieldKind; help: s
   { key: "api_key_env", label: "API key variable", kind: "text", help: `${PROVIDER.api_key_env} Set on every node that serves traffic.` },
   { key: "health_path", label: "Health path", kind: "text", help: PROVIDER.health_path },
   { key: "max_loras", label: "Max LoRAs", kind: "int", help: PROVIDER.max_loras },
+  { key: "max_concurrency", label: "Max concurrency", kind: "int", help: PROVIDER.max_concurrency },
   { key: "ca_file", label: "CA file", kind: "text", help: PROVIDER.ca_file },
 ];
 
@@ -117,6 +126,13 @@ const LMCACHE_FIELDS: { key: keyof LmcacheSource; label: string; kind: FieldKind
   { key: "metric", label: "Metric", kind: "text", help: LMCACHE.metric },
   { key: "poll_interval_secs", label: "Poll interval (s)", kind: "int", help: LMCACHE.poll_interval_secs },
   { key: "stale_after_secs", label: "Stale after (s)", kind: "int", help: LMCACHE.stale_after_secs },
+];
+
+const METRICS = FIELD_HELP.EngineMetricsTable;
+const METRICS_FIELDS: { key: keyof EngineMetricsSource; label: string; kind: FieldKind; help: string }[] = [
+  { key: "endpoint", label: "Endpoint", kind: "text", help: METRICS.endpoint },
+  { key: "poll_interval_ms", label: "Poll interval (ms)", kind: "int", help: METRICS.poll_interval_ms },
+  { key: "stale_after_ms", label: "Stale after (ms)", kind: "int", help: METRICS.stale_after_ms },
 ];
 
 type Texts = Record<string, string>;
@@ -170,6 +186,8 @@ function ProviderForm(props: {
   const [lmOn, setLmOn] = useState(original?.lmcache != null);
   const [lm, setLm] = useState<Texts>(() => textsOf(original?.lmcache, LMCACHE_FIELDS));
   const [lmFormat, setLmFormat] = useState(fieldText(original?.lmcache?.format));
+  const [emOn, setEmOn] = useState(original?.engine_metrics != null && original.engine_metrics.enabled !== false);
+  const [em, setEm] = useState<Texts>(() => textsOf(original?.engine_metrics, METRICS_FIELDS));
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [error, setError] = useState<ApiError | string | null>(null);
   const [saved, setSaved] = useState<{ version?: number; warnings?: { field: string | null; message: string }[] } | null>(null);
@@ -199,6 +217,17 @@ function ProviderForm(props: {
       row.lmcache = result.row;
     } else {
       delete row.lmcache;
+    }
+    if (emOn) {
+      const result = applyEdits<EngineMetricsSource>(
+        original?.engine_metrics ?? {},
+        METRICS_FIELDS.map(({ key, kind }) => ({ key, kind, text: em[key] })),
+      );
+      Object.entries(result.errors).forEach(([k, m]) => (all[`engine_metrics.${k}`] = m));
+      delete result.row.enabled;
+      row.engine_metrics = result.row;
+    } else {
+      delete row.engine_metrics;
     }
     setErrors(all);
     if (Object.keys(all).length) return setError("Some fields need a fix: see below.");
@@ -297,7 +326,26 @@ function ProviderForm(props: {
               </div>
             </div>
           </Panel>
-          <Panel title="Telemetry sources" aside="read by precise_cache_aware and lmcache_aware" testId="telemetry-sources">
+          <Panel title="Telemetry sources" aside="read by the load-reading strategies, precise_cache_aware and lmcache_aware" testId="telemetry-sources">
+            <div className="source-box">
+              <label className="source-head">
+                <input type="checkbox" checked={emOn} onChange={(e) => setEmOn(e.target.checked)} data-testid="engine-metrics-toggle" />
+                <strong>Engine metrics</strong>
+                <span className="muted small">
+                  the engine's own running, waiting and KV-cache figures (vLLM or SGLang /metrics), so every gateway node
+                  balances on the same load
+                </span>
+              </label>
+              {emOn && (
+                <div className="form-grid">
+                  {METRICS_FIELDS.map(({ key, label, help }) =>
+                    field(`em-${key}`, label, help, em[key], (v) => setEm((m) => ({ ...m, [key]: v })), {
+                      error: errors[`engine_metrics.${key}`],
+                    }),
+                  )}
+                </div>
+              )}
+            </div>
             <div className="source-box">
               <label className="source-head">
                 <input type="checkbox" checked={kvOn} onChange={(e) => setKvOn(e.target.checked)} data-testid="kv-toggle" />

@@ -35,8 +35,8 @@ use crate::pick_counters::PickCounters;
 use crate::report::{BalancerReport, TargetReport};
 use crate::rng::SplitMix64;
 use crate::scorers::{
-    AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, LoadScorer, PrefixAffinityScorer,
-    SessionAffinityScorer, StaticWeightScorer,
+    AdapterAffinityScorer, FreeCapacityScorer, KvBlockScorer, KvUsageScorer, LoadScorer,
+    PrefixAffinityScorer, QueueDepthScorer, SessionAffinityScorer, StaticWeightScorer,
 };
 use crate::strategy::BuildContext;
 use crate::{CacheGuard, Candidates, LoadBalancer, RouteContext, Scorer};
@@ -109,6 +109,8 @@ impl Pipeline {
     pub const STATIC_WEIGHT: f64 = 1.0;
     pub const LOAD_WEIGHT: f64 = 1.0;
     pub const PREFIX_WEIGHT: f64 = 1.0;
+    pub const QUEUE_DEPTH_WEIGHT: f64 = 0.5;
+    pub const KV_USAGE_WEIGHT: f64 = 0.5;
     /// Stage weights of `precise_cache_aware` (docs/design/defaults.md): KV events 1.0,
     /// load 0.25.
     pub const PRECISE_KV_WEIGHT: f64 = 1.0;
@@ -148,8 +150,8 @@ impl Pipeline {
 
     /// The default stack of the `pipeline` strategy (docs/design/defaults.md): session
     /// affinity 1.0 (TTL 300 s, bounded map), static weight 1.0, in-flight
-    /// load 1.0, prefix affinity 1.0; weight-0 targets sit out while a
-    /// weighted one is usable.
+    /// load 1.0, prefix affinity 1.0, queue depth 0.5, KV-cache usage 0.5;
+    /// weight-0 targets sit out while a weighted one is usable.
     pub fn default_stack(ctx: &BuildContext) -> Self {
         let weights: Vec<u32> = ctx.targets.iter().map(|t| t.weight).collect();
         Self::new(
@@ -162,6 +164,11 @@ impl Pipeline {
                     PrefixAffinityScorer::new(ctx.targets.len()),
                     Self::PREFIX_WEIGHT,
                 ),
+                WeightedScorer::new(
+                    QueueDepthScorer::new(ctx.stats.clone()),
+                    Self::QUEUE_DEPTH_WEIGHT,
+                ),
+                WeightedScorer::new(KvUsageScorer::new(ctx.stats.clone()), Self::KV_USAGE_WEIGHT),
             ],
             ctx.seed,
         )

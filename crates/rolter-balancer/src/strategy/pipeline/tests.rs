@@ -158,8 +158,42 @@ fn default_stack_reports_its_name_and_stages() {
             ("session", 1.0),
             ("weight", 1.0),
             ("load", 1.0),
-            ("prefix", 1.0)
+            ("prefix", 1.0),
+            ("queue_depth", 0.5),
+            ("kv_usage", 0.5)
         ]
+    );
+}
+
+/// Engine readings as a test sets them: waiting queue and KV usage.
+struct EngineReadings {
+    waiting: Vec<u64>,
+    kv_usage: Vec<f64>,
+}
+
+impl crate::TargetStatsView for EngineReadings {
+    fn waiting(&self, target: usize) -> Option<u64> {
+        self.waiting.get(target).copied()
+    }
+    fn kv_usage(&self, target: usize) -> Option<f64> {
+        self.kv_usage.get(target).copied()
+    }
+}
+
+#[test]
+fn default_stack_breaks_a_load_tie_by_queue_then_kv_cache() {
+    let t = targets(&[1; 3]);
+    let mut ctx = BuildContext::new(&t, 5);
+    ctx.stats = std::sync::Arc::new(EngineReadings {
+        waiting: vec![3, 0, 0],
+        kv_usage: vec![0.1, 0.9, 0.2],
+    });
+    let lb = Pipeline::default_stack(&ctx);
+    let got = counts(&lb, &[2, 2, 2], 200);
+    assert_eq!(
+        got,
+        [0, 0, 200],
+        "equal load: the empty queue with the most free cache"
     );
 }
 

@@ -1,0 +1,147 @@
+//! One attempt's dispatch: the pick over the combined loads, the
+//! breaker's admission and the engine's concurrency slot, claimed together
+//! so `max_concurrency` holds under any number of concurrent picks.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pingora::prelude::*;
+use pingora::upstreams::peer::HttpPeer;
+use smallvec::SmallVec;
+
+use super::ctx::{Attempt, RequestCtx};
+use super::{body, eligibility, error_with, not_admitted, select};
+use crate::error::GatewayError;
+use crate::state::GatewayState;
+use crate::tracker::BreakerTicket;
+
+/// What a dispatch came to.
+pub enum Dispatch {
+    /// An attempt is set up on `ctx`; proxy to this peer.
+    Peer(Box<HttpPeer>),
+    /// Only saturated targets are left: flow control may hold the request.
+    Saturated,
+    /// Nothing to route to; `ctx.error` says why.
+    Unroutable(Box<Error>),
+    /// A bug (the request was not admitted).
+    Failed(Box<Error>),
+}
+
+/// Picks a target for the next attempt and claims it. `may_queue`: flow
+/// control is on, so a pick that finds only saturated targets answers
+/// [`Dispatch::Saturated`] instead of an error.
+pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> Dispatch {
+    let Some(admitted) = &ctx.admitted else {
+        return Dispatch::Failed(not_admitted("upstream_peer"));
+    };
+    let route = Arc::clone(&admitted.route);
+    let now_ms = crate::clock::now_ms();
+    let loads: SmallVec<[u64; 16]> = route
+        .targets
+        .iter()
+        .map(|t| t.stats.combined_load(now_ms))
+        .collect();
+    // A claim fails only when another pick filled the engine between this
+    // pick's judgement and its claim; the next round judges it saturated.
+    for _ in 0..=route.targets.len() {
+        let Some(admitted) = &ctx.admitted else {
+            return Dispatch::Failed(not_admitted("upstream_peer"));
+        };
+        let mut rule = ctx.eligibility(&route, now_ms);
+        eligibility::note_health_panic(&route, rule.health_panic());
+        let picked = select::admitted_pick(
+            &route,
+            &mut rule,
+            &admitted.route_context(now_ms),
+            &loads,
+            &ctx.snapshot.limits.breaker,
+        );
+        let Some((index, admission)) = picked else {
+            if may_queue && rule.only_saturated() {
+                return Dispatch::Saturated;
+            }
+            return unroutable(state, ctx, &route, now_ms);
+        };
+        let health_panic = rule.health_panic();
+        let target = &route.targets[index];
+        let limit = if rule.saturation_ignored() {
+            None
+        } else {
+            target.provider.max_concurrency
+        };
+        let Some(in_flight) = target.stats.begin_within(limit) else {
+            // Releases a half-open probe slot the admission may hold.
+            drop(BreakerTicket::new(
+                Arc::clone(&target.stats.breaker),
+                admission,
+            ));
+            continue;
+        };
+        target.stats.record_pick();
+        route.metrics.picks.inc();
+        if health_panic {
+            state.metrics.record_health_panic(&route.metrics.label);
+        }
+        let rewrite = (target.id.model != admitted.request.model).then_some(&target.model_json[..]);
+        let body = body::attempt_body(&admitted.body, &admitted.request.model_span, rewrite);
+        let peer = target.peer();
+        let attempt = Attempt {
+            target: index,
+            started: Instant::now(),
+            now_ms,
+            queue_depth: loads[index],
+            in_flight: Some(in_flight),
+            breaker: BreakerTicket::new(Arc::clone(&target.stats.breaker), admission),
+            body,
+            status: None,
+            failed_over_status: false,
+            teaches: false,
+            streaming: false,
+            first_byte: None,
+        };
+        ctx.tried.insert(index);
+        ctx.attempts += 1;
+        ctx.attempt = Some(attempt);
+        return Dispatch::Peer(peer);
+    }
+    if may_queue {
+        Dispatch::Saturated
+    } else {
+        unroutable(state, ctx, &route, now_ms)
+    }
+}
+
+/// The error for a request that found no target: the last failure if an
+/// attempt was made, else why none was eligible (counted per reason).
+fn unroutable(
+    state: &GatewayState,
+    ctx: &mut RequestCtx,
+    route: &crate::snapshot::Route,
+    now_ms: u64,
+) -> Dispatch {
+    let error = match ctx.last_failure.clone() {
+        Some(last) => GatewayError::UpstreamFailed {
+            model: route.model.clone(),
+            last,
+        },
+        None => {
+            let why = ctx.eligibility(route, now_ms).why_none();
+            for (reason, count) in why.counts() {
+                state
+                    .metrics
+                    .record_ineligible(&route.metrics.label, reason, count);
+            }
+            GatewayError::NoEligibleTarget {
+                model: route.model.clone(),
+                reason: why.to_string(),
+            }
+        }
+    };
+    let e = error_with(
+        ErrorType::HTTPStatus(error.status()),
+        error.to_string(),
+        false,
+    );
+    ctx.error = Some(error);
+    Dispatch::Unroutable(e)
+}
