@@ -45,7 +45,8 @@ import threading
 import time
 from pathlib import Path
 
-from fleet import REPO, Gateway, Processes, SetupError, http, wait_until
+from fleet import REPO, Gateway, Processes, SetupError, wait_until
+from fleet import http as get
 
 RESULTS = REPO / "load-tests" / "results"
 EXIT_OK, EXIT_FAIL, EXIT_SETUP = 0, 1, 2
@@ -129,7 +130,7 @@ def one_request(host: str, port: int, tokens: int) -> dict:
 
 
 def engine_waiting(url: str) -> int:
-    status, text = http("GET", f"{url}/metrics", timeout_s=2)
+    status, text = get("GET", f"{url}/metrics", timeout_s=2)
     if status != 200:
         return 0
     for line in text.splitlines():
