@@ -40,6 +40,10 @@ process it started, and exits:
   2  the run could not be set up (no rolter binary, a process did not start);
   130 interrupted.
 
+`quality.py --overload [overload.py's options]` runs the overload benchmark
+instead (overload.py): more load than the fleet can run, flow control off
+and on.
+
 Its parts: quality_workload.py (settings, the seeded workload),
 quality_fleet.py (engines and gateway), quality_client.py (the workers),
 quality_report.py (numbers, verdict, tables); processes are started and
@@ -324,6 +328,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--overload"]:
+        # The overload run: offered load above the fleet's capacity, flow
+        # control off and on (overload.py, which takes the rest of the
+        # arguments).
+        import overload
+        return overload.main(argv[1:])
     args = parse_args(argv)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)

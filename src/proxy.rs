@@ -44,8 +44,6 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 
-use crate::flow_control;
-
 pub use ctx::RequestCtx;
 pub use forwarding::ClientOrigin;
 pub use request_id::REQUEST_ID_HEADER;
@@ -153,8 +151,7 @@ impl ProxyHttp for Gateway {
         let Some(admitted) = &ctx.admitted else {
             return Err(not_admitted("upstream_peer"));
         };
-        let flow = ctx.snapshot.limits.flow_control;
-        if !flow.enabled {
+        if !ctx.snapshot.limits.flow_control.enabled {
             return match dispatch::dispatch(&self.state, ctx, false) {
                 Dispatch::Peer(peer) => Ok(peer),
                 Dispatch::Failed(e) | Dispatch::Unroutable(e) => Err(e),
@@ -162,73 +159,7 @@ impl ProxyHttp for Gateway {
             };
         }
         let queue = Arc::clone(&admitted.route.queue);
-        let route_label = admitted.route.metrics.label.clone();
-        let priority = admitted.priority;
-        let tenant = ctx
-            .caller
-            .as_ref()
-            .map_or_else(|| "anonymous".to_owned(), |c| c.name.clone());
-        let waited = Instant::now();
-        let max_wait = flow_control::max_wait_for(priority, flow.max_wait);
-        let deadline = tokio::time::Instant::now() + max_wait;
-        let mut place: Option<flow_control::Queued> = None;
-        // Each round is a pick or a wait that ended: bounded by the events
-        // that end waits (a kick per capacity change) and the deadline.
-        loop {
-            // A newcomer queues behind requests that already wait.
-            if place.is_none() && queue.is_busy() {
-                place = Some(waiting::enqueue(
-                    &self.state,
-                    ctx,
-                    &queue,
-                    (priority, &tenant),
-                    waited,
-                )?);
-            }
-            if let Some(queued) = place.as_mut() {
-                let turn = tokio::select! {
-                    _ = queued.turn() => None,
-                    _ = tokio::time::sleep_until(deadline) => Some(flow_control::Outcome::Expired),
-                    _ = waiting::client_gone(session) => Some(flow_control::Outcome::Cancelled),
-                };
-                if let Some(outcome) = turn {
-                    drop(place.take());
-                    return Err(waiting::leave(
-                        &self.state,
-                        ctx,
-                        outcome,
-                        waited,
-                        flow.max_queued,
-                    ));
-                }
-            }
-            match dispatch::dispatch(&self.state, ctx, true) {
-                Dispatch::Peer(peer) => {
-                    if let Some(queued) = place.take() {
-                        queued.dispatched();
-                        self.state.metrics.flow.record(
-                            &route_label,
-                            flow_control::Outcome::Dispatched,
-                            waited.elapsed().as_secs_f64(),
-                        );
-                    }
-                    return Ok(peer);
-                }
-                Dispatch::Saturated => match place.as_mut() {
-                    Some(queued) => queued.requeue(),
-                    None => {
-                        place = Some(waiting::enqueue(
-                            &self.state,
-                            ctx,
-                            &queue,
-                            (priority, &tenant),
-                            waited,
-                        )?)
-                    }
-                },
-                Dispatch::Failed(e) | Dispatch::Unroutable(e) => return Err(e),
-            }
-        }
+        waiting::dispatch_in_turn(&self.state, session, ctx, &queue).await
     }
 
     async fn upstream_request_filter(

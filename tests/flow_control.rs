@@ -67,6 +67,26 @@ async fn chat(gateway: &Gateway, key: Option<&str>, tokens: u32, stream: bool) -
     (status, response.text().await.unwrap_or_default())
 }
 
+/// A request of `tokens` tokens that holds `engine`'s only place; returns
+/// once the engine runs it.
+async fn hold(
+    gateway: &Arc<Gateway>,
+    engine: &FakeEngine,
+    tokens: u32,
+) -> tokio::task::JoinHandle<(u16, String)> {
+    let held = {
+        let gateway = Arc::clone(gateway);
+        tokio::spawn(async move { chat(&gateway, None, tokens, false).await })
+    };
+    wait_until(
+        Duration::from_secs(5),
+        "the holder on the engine",
+        || async { engine.stats().await["running"] == 1 },
+    )
+    .await;
+    held
+}
+
 /// Requests waiting in flow control on route `chat`, from `/metrics`.
 async fn queued(gateway: &Gateway) -> u64 {
     gateway
@@ -221,16 +241,7 @@ async fn a_client_that_leaves_the_queue_never_reaches_an_engine() {
     let engines = engines(&["a"], 0).await;
     let gateway = Arc::new(Gateway::start(&config(&[("a", &engines[0])], 1, "", "")).await);
     engines[0].control(json!({"token_delay_ms": 50})).await;
-    let holder = {
-        let gateway = Arc::clone(&gateway);
-        tokio::spawn(async move { chat(&gateway, None, 20, false).await })
-    };
-    wait_until(
-        Duration::from_secs(5),
-        "the holder on the engine",
-        || async { engines[0].stats().await["running"] == 1 },
-    )
-    .await;
+    let holder = hold(&gateway, &engines[0], 20).await;
     let leaver = {
         let gateway = Arc::clone(&gateway);
         tokio::spawn(async move { chat(&gateway, None, 2, false).await })
@@ -260,16 +271,7 @@ async fn an_expired_wait_is_a_429_with_retry_after_and_a_sheddable_request_gives
         Gateway::start(&config(&[("a", &engines[0])], 1, "max_wait_secs = 2\n", "")).await,
     );
     engines[0].control(json!({"token_delay_ms": 100})).await;
-    let holder = {
-        let gateway = Arc::clone(&gateway);
-        tokio::spawn(async move { chat(&gateway, None, 50, false).await })
-    };
-    wait_until(
-        Duration::from_secs(5),
-        "the holder on the engine",
-        || async { engines[0].stats().await["running"] == 1 },
-    )
-    .await;
+    let holder = hold(&gateway, &engines[0], 50).await;
     let waited = Instant::now();
     let response = client()
         .post(gateway.url("/v1/chat/completions"))
@@ -322,16 +324,7 @@ async fn a_full_queue_refuses_at_once_and_without_flow_control_saturation_only_s
     let gateway =
         Arc::new(Gateway::start(&config(&[("a", &engines[0])], 1, "max_queued = 1\n", "")).await);
     engines[0].control(json!({"token_delay_ms": 50})).await;
-    let holder = {
-        let gateway = Arc::clone(&gateway);
-        tokio::spawn(async move { chat(&gateway, None, 20, false).await })
-    };
-    wait_until(
-        Duration::from_secs(5),
-        "the holder on the engine",
-        || async { engines[0].stats().await["running"] == 1 },
-    )
-    .await;
+    let holder = hold(&gateway, &engines[0], 20).await;
     let waiter = {
         let gateway = Arc::clone(&gateway);
         tokio::spawn(async move { chat(&gateway, None, 2, false).await })
