@@ -114,6 +114,18 @@ pub(super) fn validate(
     let parking = v.parking(file.parking);
     let saturation = v.saturation(file.saturation);
     let flow_control = v.flow_control(file.flow_control);
+    // A control node's providers may all be in its database: judged where
+    // the file holds the whole fleet.
+    let nothing_saturates = providers
+        .iter()
+        .filter_map(|p| p.valid.as_ref())
+        .all(|p| p.max_concurrency.is_none() && p.engine_metrics.is_none());
+    if flow_control.enabled && server.role == Role::Standalone && nothing_saturates {
+        v.warn(
+            "flow_control.enabled",
+            "has no effect: no provider sets max_concurrency or [providers.engine_metrics], so no engine is ever saturated and no request ever waits",
+        );
+    }
     // Last, where the contract's example writes it: a document's reports, which have no
     // line to be sorted by, then come in the order a file's would.
     let control_plane = if role_known {

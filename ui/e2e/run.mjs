@@ -299,6 +299,9 @@ ${ADMIN_TOKENS}`,
     await page.locator("#kv-endpoint").fill(kvEngine.kvEvents);
     await page.locator("#kv-replay_endpoint").fill(kvEngine.kvReplay);
     await page.locator("#kv-block_size").fill("16");
+    await page.locator("#provider-max_concurrency").fill("8");
+    await page.getByTestId("engine-metrics-toggle").check();
+    await page.locator("#em-poll_interval_ms").fill("250");
     await screenshot(page, "provider-new-with-kv-events");
     await page.getByRole("button", { name: "Create provider" }).click();
     await page.waitForURL(`${base}/ui/providers/gpu-kv`);
@@ -309,7 +312,10 @@ ${ADMIN_TOKENS}`,
       replay_endpoint: kvEngine.kvReplay,
       block_size: 16,
     });
+    assert.equal(body.data.max_concurrency, 8);
+    assert.deepEqual(body.data.engine_metrics, { poll_interval_ms: 250 });
     assert.equal(await page.locator("#kv-endpoint").inputValue(), kvEngine.kvEvents);
+    assert.equal(await page.locator("#em-poll_interval_ms").inputValue(), "250");
     await screenshot(page, "provider-sheet");
     await page.getByRole("link", { name: "All providers" }).click();
     await page.getByTestId("provider-row-gpu-kv").waitFor();

@@ -284,3 +284,78 @@ fn unknown_keys_and_wrong_types_name_the_field() {
     let error = only_error("[parking]\nenabled = true\n");
     assert_eq!(field(&error), "parking.enabled");
 }
+
+// ---- [saturation], [flow_control], api_keys.priority ---------------------------
+
+#[test]
+fn saturation_and_flow_control_default_to_llm_ds_thresholds_and_off() {
+    let config = ok("");
+    assert_eq!(config.saturation.max_waiting, 5);
+    assert_eq!(config.saturation.max_kv_usage(), 0.8);
+    assert!(!config.flow_control.enabled);
+    assert_eq!(config.flow_control.max_queued, 1_000);
+    assert_eq!(config.flow_control.max_wait, Duration::from_secs(30));
+    let set = ok("[saturation]\nmax_waiting = 12\nmax_kv_usage = 0.95\n\n[flow_control]\nenabled = true\nmax_queued = 50\nmax_wait_secs = 5\n");
+    assert_eq!(set.saturation.max_waiting, 12);
+    assert_eq!(set.saturation.max_kv_usage_milli, 950);
+    assert!(set.flow_control.enabled);
+    assert_eq!(set.flow_control.max_queued, 50);
+    assert_eq!(set.flow_control.max_wait, Duration::from_secs(5));
+}
+
+#[test]
+fn saturation_and_flow_control_refuse_what_cannot_mean_anything() {
+    for (text, field, says) in [
+        (
+            "[saturation]\nmax_kv_usage = 80\n",
+            "saturation.max_kv_usage",
+            "0.8 for 80 percent",
+        ),
+        (
+            "[saturation]\nmax_kv_usage = 0.0\n",
+            "saturation.max_kv_usage",
+            "above 0 and at most 1",
+        ),
+        (
+            "[saturation]\nmax_kv_usage = nan\n",
+            "saturation.max_kv_usage",
+            "above 0 and at most 1",
+        ),
+        (
+            "[saturation]\nmax_waiting = 0\n",
+            "saturation.max_waiting",
+            "between 1 and",
+        ),
+        (
+            "[flow_control]\nmax_queued = 0\n",
+            "flow_control.max_queued",
+            "between 1 and",
+        ),
+        (
+            "[flow_control]\nmax_wait_secs = 30000\n",
+            "flow_control.max_wait_secs",
+            "not milliseconds",
+        ),
+    ] {
+        let error = only_error(text);
+        assert_eq!(error.field.as_deref(), Some(field), "{text}");
+        assert_eq!(error.line, Some(2), "{text}");
+        assert!(error.message.contains(says), "{text}: {}", error.message);
+    }
+}
+
+#[test]
+fn flow_control_without_anything_that_saturates_is_warned_about() {
+    let provider = "[[providers]]\nname = \"gpu-a\"\nbase_url = \"http://10.0.0.11:8000\"\n";
+    let text = format!("{provider}\n[flow_control]\nenabled = true\n");
+    let warning = only_warning(&text);
+    assert_eq!(warning.field.as_deref(), Some("flow_control.enabled"));
+    assert_eq!(warning.line, line(&text, "enabled = true"));
+    assert!(
+        warning.message.contains("no engine is ever saturated"),
+        "{}",
+        warning.message
+    );
+    let limited = format!("{provider}max_concurrency = 4\n\n[flow_control]\nenabled = true\n");
+    assert!(warnings(&limited).is_empty());
+}

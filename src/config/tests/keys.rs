@@ -356,3 +356,24 @@ fn salted_ids_are_unique_within_a_list() {
     .join("\n");
     assert_eq!(ok(&text).admin_tokens[0].digest.id(), Some(ID));
 }
+
+#[test]
+fn api_key_priority_defaults_to_zero_and_is_bounded_both_ways() {
+    let zeros = "0".repeat(64);
+    let key = |priority: &str| {
+        format!("[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{zeros}\"\n{priority}")
+    };
+    assert_eq!(ok(&key("")).api_keys[0].priority, 0);
+    assert_eq!(ok(&key("priority = -3\n")).api_keys[0].priority, -3);
+    assert_eq!(ok(&key("priority = 1000\n")).api_keys[0].priority, 1_000);
+    for bad in ["1001", "-1001", "9223372036854775807"] {
+        let error = only_error(&key(&format!("priority = {bad}\n")));
+        assert_eq!(field(&error), "api_keys[0].priority");
+        assert_eq!(error.line, Some(4));
+        assert!(
+            error.message.contains("between -1000 and 1000"),
+            "{}",
+            error.message
+        );
+    }
+}

@@ -341,3 +341,110 @@ fn both_signals_can_be_configured_together() {
     let debug = format!("{provider:?}");
     assert!(debug.contains("tcp://10.0.0.11:5557"), "{debug}");
 }
+
+// ---- engine_metrics, max_concurrency -------------------------------------------
+
+fn engine_metrics(body: &str) -> String {
+    with_table(&format!("[providers.engine_metrics]\n{body}"))
+}
+
+#[test]
+fn engine_metrics_default_to_the_base_urls_metrics_every_half_second() {
+    let config = ok(&engine_metrics(""));
+    assert_eq!(
+        config.providers[0].engine_metrics,
+        Some(EngineMetrics {
+            endpoint: "http://10.0.0.11:8000/metrics".into(),
+            poll_interval: Duration::from_millis(500),
+            stale_after: Duration::from_millis(3_000),
+        })
+    );
+    let prefixed = ok("[[providers]]\nname = \"p\"\nbase_url = \"https://gpu.internal/engine-a\"\n[providers.engine_metrics]\n");
+    assert_eq!(
+        prefixed.providers[0]
+            .engine_metrics
+            .as_ref()
+            .map(|m| m.endpoint.as_str()),
+        Some("https://gpu.internal/engine-a/metrics"),
+        "the base URL's path prefix is kept, as for every request"
+    );
+    let off = ok(&engine_metrics(
+        "enabled = false\nendpoint = \"http://m:1/metrics\"\n",
+    ));
+    assert_eq!(off.providers[0].engine_metrics, None);
+    assert_eq!(ok(&with_table("")).providers[0].engine_metrics, None);
+}
+
+#[test]
+fn engine_metrics_bounds_name_the_field_and_its_line() {
+    let text = engine_metrics("poll_interval_ms = 10\n");
+    let error = only_error(&text);
+    assert_eq!(
+        error.field.as_deref(),
+        Some("providers[0].engine_metrics.poll_interval_ms")
+    );
+    assert_eq!(error.line, line(&text, "poll_interval_ms"));
+    assert!(
+        error
+            .message
+            .contains("between 50 and 60000 milliseconds (got 10)"),
+        "{}",
+        error.message
+    );
+
+    let text = engine_metrics("poll_interval_ms = 1000\nstale_after_ms = 1000\n");
+    let error = only_error(&text);
+    assert_eq!(
+        error.field.as_deref(),
+        Some("providers[0].engine_metrics.stale_after_ms")
+    );
+    assert!(
+        error
+            .message
+            .contains("must be greater than poll_interval_ms"),
+        "{}",
+        error.message
+    );
+
+    let error = only_error(&engine_metrics("poll_interval_ms = 5000\n"));
+    assert_eq!(
+        error.field.as_deref(),
+        Some("providers[0].engine_metrics.poll_interval_ms"),
+        "the written field is named when the other is a default"
+    );
+    assert!(
+        error.message.contains("stale_after_ms = 3000 by default"),
+        "{}",
+        error.message
+    );
+
+    let error = only_error(&engine_metrics("endpoint = \"tcp://m:1\"\n"));
+    assert_eq!(
+        error.field.as_deref(),
+        Some("providers[0].engine_metrics.endpoint")
+    );
+    let error = only_error(&engine_metrics("interval = 5\n"));
+    assert!(
+        error.message.contains("interval"),
+        "unknown fields are refused: {}",
+        error.message
+    );
+}
+
+#[test]
+fn max_concurrency_is_a_positive_count() {
+    assert_eq!(
+        ok(&with_table("max_concurrency = 8\n")).providers[0].max_concurrency,
+        Some(8)
+    );
+    assert_eq!(ok(&with_table("")).providers[0].max_concurrency, None);
+    let text = with_table("max_concurrency = 0\n");
+    let error = only_error(&text);
+    assert_eq!(error.field.as_deref(), Some("providers[0].max_concurrency"));
+    assert_eq!(error.line, line(&text, "max_concurrency"));
+    assert!(
+        error.message.contains("between 1 and 1000000 (got 0)"),
+        "{}",
+        error.message
+    );
+}
