@@ -4,8 +4,10 @@
 //! - `request_filter`: answer what the gateway owns (`/v1/models`, errors);
 //!   admit the request (`admission.rs`): its header, key, body, address.
 //! - `upstream_peer` (once per attempt): pick an eligible target
-//!   (`eligibility.rs`) with the route's balancer (`select.rs`), take its
-//!   in-flight slot.
+//!   (`eligibility.rs`) with the route's balancer over the combined loads
+//!   (`select.rs`, `dispatch.rs`), claim its in-flight slot within the
+//!   provider's `max_concurrency`; under flow control, wait in the route's
+//!   queue while every target is saturated (`waiting.rs`).
 //! - `upstream_request_filter` / `request_body_filter`: address the provider,
 //!   rewrite `model`, hand over the body.
 //! - `upstream_response_filter`: a 5xx or 429 before anything reached the
