@@ -33,8 +33,11 @@
 //! Targets on one provider share its [`EngineStats`]: this node's
 //! attempts on the engine as a whole (its `max_concurrency`) and whether
 //! its metrics are read; each target keeps the engine's last reading for
-//! its model. How the two combine into the load strategies read:
-//! `tracker/engine.rs`.
+//! its model. The load every strategy reads
+//! ([`TargetStats::combined_load`]) is
+//! `max(in_flight, running + waiting + dispatched since the reading)` while
+//! the reading is fresh, and `in_flight` otherwise; `tracker/engine.rs`
+//! says why each term is there.
 
 mod breaker;
 mod engine;
