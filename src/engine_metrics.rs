@@ -40,7 +40,10 @@ const TICK: Duration = Duration::from_millis(50);
 /// The most of a metrics page that is read (vLLM's is ~100 KiB with
 /// histograms).
 const MAX_BODY: usize = 4 * 1024 * 1024;
-/// The longest one poll may take.
+/// Bounds of one poll's timeout, which is twice the poll interval: a busy
+/// engine answers its metrics late, and a late reading is still better
+/// than none; but one that takes seconds is not about now.
+const MIN_POLL_TIMEOUT: Duration = Duration::from_millis(250);
 const MAX_POLL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The running snapshot's version and each provider's slug with its
@@ -260,9 +263,8 @@ impl BackgroundService for EngineMetricsPoller {
                         }
                         continue;
                     };
-                    let timeout = metrics
-                        .poll_interval
-                        .clamp(Duration::from_millis(50), MAX_POLL_TIMEOUT);
+                    let timeout =
+                        (metrics.poll_interval * 2).clamp(MIN_POLL_TIMEOUT, MAX_POLL_TIMEOUT);
                     let endpoint =
                         Endpoint::new(&metrics.endpoint, timeout).map_err(|e| e.to_string());
                     if let Err(e) = &endpoint {
