@@ -156,7 +156,8 @@ impl ProxyHttp for Gateway {
         if !ctx.snapshot.limits.flow_control.enabled {
             return match dispatch::dispatch(&self.state, ctx, false) {
                 Dispatch::Peer(peer) => Ok(peer),
-                Dispatch::Failed(e) | Dispatch::Unroutable(e) => Err(e),
+                Dispatch::Refused(e) => Err(e),
+                // Without flow control saturation is judged to never empty a route.
                 Dispatch::Saturated => Err(not_admitted("a pick without flow control")),
             };
         }

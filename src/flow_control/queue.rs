@@ -59,8 +59,8 @@ struct Waiter {
 }
 
 impl State {
-    /// Grants the next waiter; false when nobody waits.
-    fn grant_next(&mut self, len: &AtomicU64) -> bool {
+    /// Grants the next waiter, if anyone waits.
+    fn grant_next(&mut self, len: &AtomicU64) {
         while let Some(mut entry) = self.bands.first_entry() {
             let band = entry.get_mut();
             let Some(tenant) = band.turns.pop_front() else {
@@ -87,11 +87,10 @@ impl State {
             // lock, so the send reaches it.
             if waiter.grant.send(()).is_ok() {
                 self.granted = true;
-                return true;
+                return;
             }
         }
         self.granted = false;
-        false
     }
 
     /// Puts `waiter` in its place. `retake_turn`: it had its turn and

@@ -21,10 +21,9 @@ pub enum Dispatch {
     Peer(Box<HttpPeer>),
     /// Only saturated targets are left: flow control may hold the request.
     Saturated,
-    /// Nothing to route to; `ctx.error` says why.
-    Unroutable(Box<Error>),
-    /// A bug (the request was not admitted).
-    Failed(Box<Error>),
+    /// Nothing to route to (`ctx.error` says why), or a request that was
+    /// not admitted (a bug).
+    Refused(Box<Error>),
 }
 
 /// Picks a target for the next attempt and claims it. `may_queue`: flow
@@ -32,7 +31,7 @@ pub enum Dispatch {
 /// [`Dispatch::Saturated`] instead of an error.
 pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> Dispatch {
     let Some(admitted) = &ctx.admitted else {
-        return Dispatch::Failed(not_admitted("upstream_peer"));
+        return Dispatch::Refused(not_admitted("upstream_peer"));
     };
     let route = Arc::clone(&admitted.route);
     let now_ms = crate::clock::now_ms();
@@ -44,9 +43,6 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
     // A claim fails only when another pick filled the engine between this
     // pick's judgement and its claim; the next round judges it saturated.
     for _ in 0..=route.targets.len() {
-        let Some(admitted) = &ctx.admitted else {
-            return Dispatch::Failed(not_admitted("upstream_peer"));
-        };
         let mut rule = ctx.eligibility(&route, now_ms);
         eligibility::note_health_panic(&route, rule.health_panic());
         let picked = select::admitted_pick(
@@ -143,5 +139,5 @@ fn unroutable(
         false,
     );
     ctx.error = Some(error);
-    Dispatch::Unroutable(e)
+    Dispatch::Refused(e)
 }

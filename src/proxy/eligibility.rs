@@ -116,20 +116,16 @@ impl<'a> Eligibility<'a> {
             now_ms,
             refused: TargetSet::default(),
             ignore_health: false,
-            ignore_saturation: true,
+            ignore_saturation: false,
         };
         let mut usable = route.targets.iter().filter(|t| rule.allows(t)).peekable();
         rule.ignore_health =
             usable.peek().is_some() && usable.all(|t| !t.provider.health.is_healthy());
         // Saturation is judged unless flow control is off and it alone
-        // would leave nothing.
-        rule.ignore_saturation = false;
+        // leaves nothing; when something else does too, the 503 names both.
         if !limits.flow_control.enabled && !rule.any() {
             rule.ignore_saturation = true;
-            if !rule.any() {
-                // Nothing eligible for another reason: report saturation too.
-                rule.ignore_saturation = false;
-            }
+            rule.ignore_saturation = rule.any();
         }
         rule
     }

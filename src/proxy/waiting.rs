@@ -66,7 +66,7 @@ pub async fn dispatch_in_turn(
                     queued.requeue();
                 }
             }
-            Dispatch::Failed(e) | Dispatch::Unroutable(e) => return Err(e),
+            Dispatch::Refused(e) => return Err(e),
         }
     }
 }

@@ -41,6 +41,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use super::TargetStats;
+
 /// Why a target takes no new request now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -209,8 +211,9 @@ impl EngineStats {
         })
     }
 
-    /// Claims an in-flight slot unless `limit` are taken.
-    fn claim(&self, limit: Option<u64>) -> bool {
+    /// Claims an in-flight slot unless `limit` are taken (always, without
+    /// a limit).
+    pub(super) fn claim(&self, limit: Option<u64>) -> bool {
         let claimed = match limit {
             None => {
                 self.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -305,8 +308,6 @@ impl Reported {
         (reading, self.mark.load(Ordering::Relaxed), at)
     }
 }
-
-use super::TargetStats;
 
 impl TargetStats {
     /// The engine's reading and what this node dispatched since, when the
