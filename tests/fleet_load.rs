@@ -152,3 +152,61 @@ async fn a_failed_engine_reading_falls_back_to_the_local_count_at_once() {
     assert_eq!(target["combined_load"], 0, "{target}");
     assert_eq!(target["engine_metrics"]["fresh"], false, "{target}");
 }
+
+#[tokio::test]
+async fn an_engine_reporting_a_full_queue_is_saturated_for_every_node() {
+    let busy = FakeEngine::start("a", &["--max-num-seqs", "1"]);
+    let idle = FakeEngine::start("b", &[]);
+    busy.control(json!({"token_delay_ms": 20})).await;
+    let filler = Gateway::start(&format!(
+        "{}[[routes]]\nmodel = \"fill\"\ntargets = [{{ provider = \"a\" }}]\n\n[health]\nenabled = false\n",
+        provider("a", &busy.url())
+    ))
+    .await;
+    // Round robin would send every other request to a: only saturation
+    // read from a's metrics (1 running, 5 waiting) keeps them off it.
+    let reading = Gateway::start(&format!(
+        "{}[providers.engine_metrics]\npoll_interval_ms = 100\n\n{}[[routes]]\nmodel = \"rr\"\nstrategy = \"round_robin\"\ntargets = [{{ provider = \"a\" }}, {{ provider = \"b\" }}]\n\n[health]\nenabled = false\n\n[saturation]\nmax_waiting = 5\n",
+        provider("a", &busy.url()),
+        provider("b", &idle.url()),
+    ))
+    .await;
+    let url = filler.url("/v1/completions");
+    let streams: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body =
+                    json!({"model": "fill", "prompt": "long", "max_tokens": 400, "stream": true});
+                if let Ok(response) = client().post(url).json(&body).send().await {
+                    let _ = response.bytes().await;
+                }
+            })
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(10),
+        "node B seeing a saturated",
+        || async {
+            let routes = reading.routes().await;
+            routes["routes"][0]["targets"][0]["saturated"] == "queue"
+        },
+    )
+    .await;
+    let before = busy.chat_requests().await;
+    send(&reading, "rr", 8).await;
+    assert_eq!(
+        busy.chat_requests().await,
+        before,
+        "nothing went to the saturated engine"
+    );
+    assert_eq!(idle.chat_requests().await, 8);
+    let metrics = reading.metrics().await;
+    assert!(
+        metrics.contains("rolter_target_saturated{target=\"a/rr\"} 1"),
+        "{metrics}"
+    );
+    for stream in streams {
+        stream.abort();
+    }
+}
