@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { groupView, priceRange, routeView, usersOf } from "./routing";
+import { distinctTargets, groupView, priceRange, routeView, usersOf } from "./routing";
 
 const providers = [
   { slug: "gpu-a", name: "GPU A" },
@@ -57,5 +57,18 @@ describe("usersOf", () => {
       [{ slug: "g", members: [{ provider: "gpu-b" }] }],
     );
     expect(users).toEqual({ routes: ["a"], groups: ["g"] });
+  });
+});
+
+describe("distinctTargets", () => {
+  it("counts a target listed by several routes once, in first-seen order", () => {
+    const a = { provider: "gpu-a", model: "m", in_flight: 3 };
+    const routes = [
+      { targets: [a, { provider: "gpu-b", model: "m", in_flight: 1 }] },
+      { targets: [{ ...a }, { provider: "gpu-a", model: "other", in_flight: 0 }] },
+    ];
+    const targets = distinctTargets(routes);
+    expect(targets.map((t) => `${t.provider}/${t.model}`)).toEqual(["gpu-a/m", "gpu-b/m", "gpu-a/other"]);
+    expect(targets.reduce((n, t) => n + t.in_flight, 0)).toBe(4);
   });
 });

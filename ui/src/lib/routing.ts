@@ -127,3 +127,19 @@ export function usersOf(
       .map((g) => g.slug ?? ""),
   };
 }
+
+/// Each engine-side target once, however many routes list it: a target is
+/// one `(provider, upstream model)` with one set of counters (in flight,
+/// health, breaker, parking), so the fleet's totals count it once.
+export function distinctTargets<T extends { provider: string; model: string }>(
+  routes: readonly { targets: readonly T[] }[],
+): T[] {
+  const seen = new Map<string, T>();
+  for (const route of routes) {
+    for (const target of route.targets) {
+      const key = `${target.provider}/${target.model}`;
+      if (!seen.has(key)) seen.set(key, target);
+    }
+  }
+  return [...seen.values()];
+}

@@ -1,7 +1,7 @@
 import { useState } from "react";
 import type { LiveRoutes, LiveTarget, ProviderRow } from "../lib/api";
 import { useApp, useConfig, useGet, useNow } from "../lib/hooks";
-import { findProvider } from "../lib/routing";
+import { distinctTargets, findProvider } from "../lib/routing";
 import { formatDuration, formatMs, formatNumber, formatPercent } from "../lib/format";
 import { href } from "../lib/router";
 import { Badge, Empty, ErrorBox, Link, Loading, PageHead, Panel, StrategyBadge, Table } from "../components/common";
@@ -17,7 +17,8 @@ export function Fleet() {
   const now = useNow();
   const providers = config.data?.providers.data ?? [];
   const all = routes.data?.routes ?? [];
-  const targets = all.flatMap((r) => r.targets);
+  // The tiles count each target once: routes that share one share its counters.
+  const targets = distinctTargets(all);
 
   return (
     <>
