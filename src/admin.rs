@@ -148,7 +148,14 @@ impl AdminApp {
                     .targets
                     .iter()
                     .map(|t| {
-                        TargetView::new(&t.provider, &t.id.model, t.weight, &t.stats, &sources, now)
+                        TargetView::new(
+                            &t.provider,
+                            &t.id.model,
+                            t.weight,
+                            (&t.stats, Some(t.metrics.traffic())),
+                            &sources,
+                            now,
+                        )
                     })
                     .collect(),
             })
@@ -169,7 +176,12 @@ impl AdminApp {
                         let provider = snapshot.provider(&m.provider)?;
                         let model = m.model.as_deref().unwrap_or(crate::tracker::ANY_MODEL);
                         Some(TargetView::new(
-                            provider, model, m.weight, stats, &sources, now,
+                            provider,
+                            model,
+                            m.weight,
+                            (stats, None),
+                            &sources,
+                            now,
                         ))
                     })
                     .collect(),
@@ -444,6 +456,10 @@ struct TargetView<'a> {
     max_concurrency: Option<u64>,
     /// Why it takes no new request now; `None` when it takes them.
     saturated: Option<crate::tracker::SaturatedBy>,
+    /// This route's own traffic to the target (the counters above are the
+    /// target's over every route that lists it); `None` for a group's
+    /// members, whose routes are built per address.
+    route_traffic: Option<crate::metrics::RouteTraffic>,
 }
 
 impl<'a> TargetView<'a> {
@@ -451,7 +467,10 @@ impl<'a> TargetView<'a> {
         provider: &'a crate::snapshot::Provider,
         model: &'a str,
         weight: u32,
-        stats: &crate::tracker::TargetStats,
+        (stats, traffic): (
+            &crate::tracker::TargetStats,
+            Option<crate::metrics::RouteTraffic>,
+        ),
         sources: &EngineSources,
         now: u64,
     ) -> Self {
@@ -474,6 +493,7 @@ impl<'a> TargetView<'a> {
             engine_metrics: stats.engine().poll_summary(now),
             max_concurrency: provider.max_concurrency,
             saturated: stats.saturation(now, &sources.saturation, provider.max_concurrency),
+            route_traffic: traffic,
         }
     }
 }

@@ -55,6 +55,7 @@ pub struct Metrics {
     requests: IntCounterVec,
     upstream_latency: HistogramVec,
     time_to_first_byte: HistogramVec,
+    route_target_attempts: IntCounterVec,
     picks: IntCounterVec,
     routing_tokens: IntCounterVec,
     in_flight: IntGaugeVec,
@@ -104,6 +105,34 @@ pub struct TargetMetrics {
     pub label: std::sync::Arc<str>,
     pub upstream_latency: Histogram,
     pub time_to_first_byte: Histogram,
+    /// Attempts this route dispatched to the target, and those that
+    /// failed: the route's own traffic there, where the tracker's counters
+    /// are the target's over every route.
+    pub attempts: IntCounter,
+    pub failures: IntCounter,
+}
+
+impl TargetMetrics {
+    /// This route's traffic to the target, for the admin API.
+    pub fn traffic(&self) -> RouteTraffic {
+        let count = self.upstream_latency.get_sample_count();
+        RouteTraffic {
+            attempts: self.attempts.get(),
+            failures: self.failures.get(),
+            latency_mean_ms: (count > 0)
+                .then(|| self.upstream_latency.get_sample_sum() / count as f64 * 1000.0),
+        }
+    }
+}
+
+/// One route's traffic to one target since the process started.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct RouteTraffic {
+    pub attempts: u64,
+    pub failures: u64,
+    /// Mean time of the route's requests there, header to last byte, in ms
+    /// (`rolter_upstream_latency_seconds`); `None` before the first.
+    pub latency_mean_ms: Option<f64>,
 }
 
 /// Why access-log lines were lost, as a fixed label value.
@@ -181,6 +210,14 @@ impl Metrics {
         let in_flight = IntGaugeVec::new(
             Opts::new("rolter_target_in_flight", "Requests in flight per target."),
             &["target"],
+        )
+        .expect("static metric definition");
+        let route_target_attempts = IntCounterVec::new(
+            Opts::new(
+                "rolter_route_target_attempts_total",
+                "Attempts a route dispatched to a target, by outcome (dispatched, failed): the route's own share of the target's traffic.",
+            ),
+            &["route", "target", "outcome"],
         )
         .expect("static metric definition");
         let target_load = IntGaugeVec::new(
@@ -362,6 +399,7 @@ impl Metrics {
             Box::new(access_log_dropped.clone()),
             Box::new(target_load.clone()),
             Box::new(target_saturated.clone()),
+            Box::new(route_target_attempts.clone()),
         ] {
             registry
                 .register(collector)
@@ -400,6 +438,7 @@ impl Metrics {
             access_log_dropped,
             target_load,
             target_saturated,
+            route_target_attempts,
             telemetry: TelemetryMetrics::new(&registry),
             flow: FlowMetrics::new(&registry),
             registry,
@@ -434,6 +473,12 @@ impl Metrics {
             label: target.into(),
             upstream_latency: self.upstream_latency.with_label_values(&[route, target]),
             time_to_first_byte: self.time_to_first_byte.with_label_values(&[route, target]),
+            attempts: self
+                .route_target_attempts
+                .with_label_values(&[route, target, "dispatched"]),
+            failures: self
+                .route_target_attempts
+                .with_label_values(&[route, target, "failed"]),
         }
     }
 

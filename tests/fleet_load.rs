@@ -210,3 +210,32 @@ async fn an_engine_reporting_a_full_queue_is_saturated_for_every_node() {
         stream.abort();
     }
 }
+
+#[tokio::test]
+async fn two_routes_over_one_target_each_see_their_own_traffic() {
+    let engine = FakeEngine::start("a", &[]);
+    let gateway = Gateway::start(&format!(
+        "{}[[routes]]\nmodel = \"one\"\ntargets = [{{ provider = \"a\", model = \"m\" }}]\n\n[[routes]]\nmodel = \"two\"\ntargets = [{{ provider = \"a\", model = \"m\" }}]\n\n[health]\nenabled = false\n",
+        provider("a", &engine.url())
+    ))
+    .await;
+    send(&gateway, "one", 3).await;
+    send(&gateway, "two", 1).await;
+    let routes = gateway.routes().await;
+    let target = |route: usize| routes["routes"][route]["targets"][0].clone();
+    assert_eq!(
+        target(0)["requests"],
+        4,
+        "the target's counters: every route"
+    );
+    assert_eq!(target(1)["requests"], 4);
+    assert_eq!(target(0)["route_traffic"]["attempts"], 3, "{}", target(0));
+    assert_eq!(target(1)["route_traffic"]["attempts"], 1, "{}", target(1));
+    assert_eq!(target(0)["route_traffic"]["failures"], 0);
+    assert!(target(0)["route_traffic"]["latency_mean_ms"].as_f64() > Some(0.0));
+    let metrics = gateway.metrics().await;
+    assert!(
+        metrics.contains("rolter_route_target_attempts_total{outcome=\"dispatched\",route=\"one\",target=\"a/m\"} 3"),
+        "{metrics}"
+    );
+}

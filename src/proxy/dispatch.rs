@@ -74,6 +74,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             continue;
         };
         target.stats.record_pick();
+        target.metrics.attempts.inc();
         route.metrics.picks.inc();
         if health_panic {
             state.metrics.record_health_panic(&route.metrics.label);

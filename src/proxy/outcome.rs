@@ -77,6 +77,7 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
     let label = target.label.clone();
     let metric_label = Arc::clone(&target.metrics.label);
     let stats = Arc::clone(&target.stats);
+    target.metrics.failures.inc();
 
     stats.record_failure();
     metrics.record_upstream_failure(&metric_label, failure.reason());

@@ -1732,6 +1732,19 @@ export interface components {
             model: string;
             nodes: components["schemas"]["NodeRanking"][];
         };
+        /** @description One route's traffic to one target since the process started. */
+        RouteTraffic: {
+            /** Format: int64 */
+            attempts: number;
+            /** Format: int64 */
+            failures: number;
+            /**
+             * Format: double
+             * @description Mean time of the route's requests there, header to last byte, in ms
+             *     (`rolter_upstream_latency_seconds`); `None` before the first.
+             */
+            latency_mean_ms?: number | null;
+        };
         RouteView: {
             /**
              * @description Active health checks mark every target down and requests are routed
@@ -2267,6 +2280,7 @@ export interface components {
              */
             probe_misconfigured?: number | null;
             provider: string;
+            route_traffic?: null | components["schemas"]["RouteTraffic"];
             saturated?: null | components["schemas"]["SaturatedBy"];
             /** Format: int32 */
             weight: number;
@@ -5635,6 +5649,9 @@ export const FIELD_HELP = {
   },
   "RouteTelemetry": {
     "model": "The route's public model."
+  },
+  "RouteTraffic": {
+    "latency_mean_ms": "Mean time of the route's requests there, header to last byte, in ms (`rolter_upstream_latency_seconds`); `None` before the first."
   },
   "RouteView": {
     "health_panic": "Active health checks mark every target down and requests are routed across them anyway (`proxy/select.rs`).",

@@ -115,8 +115,8 @@ export function Fleet() {
               { label: "Parked" },
               { label: "Load", num: true },
               { label: "Latency EWMA", num: true },
-              { label: "Picks", num: true },
-              { label: "Requests", num: true },
+              { label: "Route", num: true },
+              { label: "Total", num: true },
               { label: "Failures", num: true },
               { label: "KV index" },
               { label: "LMCache" },
@@ -193,8 +193,15 @@ function TargetRow(props: { target: LiveTarget; providers: ProviderRow[] }) {
         {formatMs(target.latency_ewma_ms)}
         <div className="faint small">{formatNumber(target.latency_samples)} samples</div>
       </td>
-      <td className="num">{formatNumber(target.picks)}</td>
-      <td className="num">{formatNumber(target.requests)}</td>
+      <td className="num" title="Attempts this route sent the target">
+        {target.route_traffic ? formatNumber(target.route_traffic.attempts) : <span className="faint">—</span>}
+        {target.route_traffic && target.route_traffic.failures > 0 && (
+          <div className="faint small">{formatNumber(target.route_traffic.failures)} failed</div>
+        )}
+      </td>
+      <td className="num" title="Attempts the target took from every route that lists it">
+        {formatNumber(target.requests)}
+      </td>
       <td className="num">{formatNumber(target.failures)}</td>
       <td className="small">
         <KvCell target={target} />
