@@ -33,7 +33,7 @@ use pingora::services::background::BackgroundService;
 use crate::clock;
 use crate::config::EngineMetrics;
 use crate::http_client::Endpoint;
-use crate::tracker::{LoadTracker, Reading, ANY_MODEL};
+use crate::tracker::{EngineStats, LoadTracker, Reading, ANY_MODEL};
 
 /// How often the poller wakes to see which polls are due.
 const TICK: Duration = Duration::from_millis(50);
@@ -200,11 +200,13 @@ impl EngineMetricsPoller {
     }
 
     /// One poll of `slug`'s engine, stored into its targets.
-    async fn poll(&self, connector: &Connector, slug: &str, endpoint: &Result<Endpoint, String>) {
-        let Some(engine) = self.tracker.engine(slug) else {
-            // No target of it is tracked yet: nothing would read it.
-            return;
-        };
+    async fn poll(
+        &self,
+        connector: &Connector,
+        slug: &str,
+        engine: Arc<EngineStats>,
+        endpoint: &Result<Endpoint, String>,
+    ) {
         // Taken before the request: what this node sends from here on is
         // not in the answer.
         let mark = engine.dispatched();
@@ -287,19 +289,14 @@ impl BackgroundService for EngineMetricsPoller {
             if due.is_empty() {
                 continue;
             }
-            let polls = due.iter().map(|(slug, metrics)| {
+            let polls = due.iter().filter_map(|(slug, metrics)| {
+                // No target of it is tracked yet: nothing would read it.
+                let engine = self.tracker.engine(slug)?;
                 // Targets created since the last poll need the setting too.
-                if let Some(engine) = self.tracker.engine(slug) {
-                    engine.set_stale_after(Some(metrics.stale_after.as_millis() as u64));
-                }
-                let connector = &connector;
-                let endpoints = &endpoints;
-                async move {
-                    match endpoints.get(*slug) {
-                        Some(endpoint) => self.poll(connector, slug, endpoint).await,
-                        None => self.poll(connector, slug, &Err("no endpoint".into())).await,
-                    }
-                }
+                engine.set_stale_after(Some(metrics.stale_after.as_millis() as u64));
+                // Built for every provider of this version's list.
+                let endpoint = endpoints.get(*slug)?;
+                Some(self.poll(&connector, slug, engine, endpoint))
             });
             futures_util::future::join_all(polls).await;
             let now = clock::now_ms();

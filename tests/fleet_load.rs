@@ -49,6 +49,32 @@ async fn send(gateway: &Gateway, model: &str, n: usize) {
     }
 }
 
+/// A gateway node whose one route `fill` sends everything to `engine`.
+async fn filler(engine: &FakeEngine) -> Gateway {
+    Gateway::start(&format!(
+        "{}[[routes]]\nmodel = \"fill\"\ntargets = [{{ provider = \"a\" }}]\n\n[health]\nenabled = false\n",
+        provider("a", &engine.url())
+    ))
+    .await
+}
+
+/// `n` streams of `tokens` tokens through `filler`'s route, left running.
+fn fill(filler: &Gateway, n: usize, tokens: u32) -> Vec<tokio::task::JoinHandle<()>> {
+    let url = filler.url("/v1/completions");
+    (0..n)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body =
+                    json!({"model": "fill", "prompt": "long", "max_tokens": tokens, "stream": true});
+                if let Ok(response) = client().post(url).json(&body).send().await {
+                    let _ = response.bytes().await;
+                }
+            })
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_node_avoids_the_engine_another_node_filled_when_it_reads_engine_metrics() {
     let engines: Vec<FakeEngine> = ["a", "b", "c"]
@@ -59,28 +85,12 @@ async fn a_node_avoids_the_engine_another_node_filled_when_it_reads_engine_metri
         engine.control(json!({"token_delay_ms": 20})).await;
     }
     // Gateway A sends everything to engine a.
-    let filler = Gateway::start(&format!(
-        "{}[[routes]]\nmodel = \"fill\"\ntargets = [{{ provider = \"a\" }}]\n\n[health]\nenabled = false\n",
-        provider("a", &engines[0].url())
-    ))
-    .await;
+    let filler = filler(&engines[0]).await;
     let reading = Gateway::start(&balancing_node(&engines, true)).await;
     let blind = Gateway::start(&balancing_node(&engines, false)).await;
 
     // Eight long streams on engine a, from node A only.
-    let fill_url = filler.url("/v1/completions");
-    let streams: Vec<_> = (0..8)
-        .map(|_| {
-            let url = fill_url.clone();
-            tokio::spawn(async move {
-                let body =
-                    json!({"model": "fill", "prompt": "long", "max_tokens": 600, "stream": true});
-                if let Ok(response) = client().post(url).json(&body).send().await {
-                    let _ = response.bytes().await;
-                }
-            })
-        })
-        .collect();
+    let streams = fill(&filler, 8, 600);
     wait_until(
         Duration::from_secs(10),
         "engine a running node A's 8",
@@ -158,11 +168,7 @@ async fn an_engine_reporting_a_full_queue_is_saturated_for_every_node() {
     let busy = FakeEngine::start("a", &["--max-num-seqs", "1"]);
     let idle = FakeEngine::start("b", &[]);
     busy.control(json!({"token_delay_ms": 20})).await;
-    let filler = Gateway::start(&format!(
-        "{}[[routes]]\nmodel = \"fill\"\ntargets = [{{ provider = \"a\" }}]\n\n[health]\nenabled = false\n",
-        provider("a", &busy.url())
-    ))
-    .await;
+    let filler = filler(&busy).await;
     // Round robin would send every other request to a: only saturation
     // read from a's metrics (1 running, 5 waiting) keeps them off it.
     let reading = Gateway::start(&format!(
@@ -171,19 +177,7 @@ async fn an_engine_reporting_a_full_queue_is_saturated_for_every_node() {
         provider("b", &idle.url()),
     ))
     .await;
-    let url = filler.url("/v1/completions");
-    let streams: Vec<_> = (0..6)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move {
-                let body =
-                    json!({"model": "fill", "prompt": "long", "max_tokens": 400, "stream": true});
-                if let Ok(response) = client().post(url).json(&body).send().await {
-                    let _ = response.bytes().await;
-                }
-            })
-        })
-        .collect();
+    let streams = fill(&filler, 6, 400);
     wait_until(
         Duration::from_secs(10),
         "node B seeing a saturated",
