@@ -540,17 +540,25 @@ async fn an_engine_whose_telemetry_breaks_is_neutral_at_once_not_after_staleness
         let routes = gateway.routes().await;
         route_target(&routes, "chat", "e").clone()
     };
-    // Usable once the engine stored a block (a prompt of two full blocks).
-    let tokens: Vec<u32> = (0..32).collect();
-    wait_until(Duration::from_secs(15), "fresh telemetry", || async {
-        let sent = client()
-            .post(gateway.url("/v1/completions"))
-            .json(&json!({"model": "chat", "prompt": tokens, "max_tokens": 1}))
-            .send()
-            .await;
-        assert_eq!(sent.map(|r| r.status().as_u16()).ok(), Some(200));
-        let t = target().await;
-        t["kv_index"]["usable"] == true && t["lmcache"]["fresh"] == true
+    // Usable once the gateway heard the engine store a block. Each try sends
+    // a prompt the engine has not cached (two full blocks of its own), so
+    // each publishes an event: the first may go out before the subscription
+    // reached the publisher, and a cached prompt would publish nothing more.
+    let mut attempt = 0u32;
+    wait_until(Duration::from_secs(15), "fresh telemetry", || {
+        attempt += 1;
+        let tokens: Vec<u32> = (0..32).map(|t| attempt * 1000 + t).collect();
+        let (gateway, target) = (&gateway, &target);
+        async move {
+            let sent = client()
+                .post(gateway.url("/v1/completions"))
+                .json(&json!({"model": "chat", "prompt": tokens, "max_tokens": 1}))
+                .send()
+                .await;
+            assert_eq!(sent.map(|r| r.status().as_u16()).ok(), Some(200));
+            let t = target().await;
+            t["kv_index"]["usable"] == true && t["lmcache"]["fresh"] == true
+        }
     })
     .await;
     // The engine dies: its KV-event stream disconnects and its LMCache
