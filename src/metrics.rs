@@ -26,7 +26,7 @@ use crate::tracker::{BreakerState, FailureReason};
 
 /// Buckets for upstream latencies, in seconds: LLM calls run from
 /// milliseconds (embeddings, cached prefills) to minutes (long generations).
-const LATENCY_BUCKETS: &[f64] = &[
+pub const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 

@@ -25,7 +25,17 @@ impl Reloader {
                     Err(e) => Err(vec![format!("reload task failed: {e}")]),
                 }
             }
-            Reloader::Control(control) => control.refresh(true).await.map_err(|e| vec![e]),
+            Reloader::Control(control) => {
+                let refreshed = control.refresh(true).await.map_err(|e| vec![e]);
+                // A file that does not load never reaches the install, which
+                // records the rest.
+                if let Err(errors) = &refreshed {
+                    control
+                        .state()
+                        .record_reload("rolter.toml and the database", Err(errors.clone()));
+                }
+                refreshed
+            }
         }
     }
 

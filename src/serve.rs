@@ -295,6 +295,10 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                 ),
             ));
             server.add_service(background_service(
+                "history",
+                crate::admin::history::HistorySampler::new(Arc::clone(&state)),
+            ));
+            server.add_service(background_service(
                 "failure log summary",
                 crate::tracker::FailureLogSummary::new(Arc::clone(&state.learned.tracker)),
             ));

@@ -621,6 +621,15 @@ impl Snapshot {
         }
     }
 
+    /// The node's name in the fleet: its `[control_plane] node_id`, or
+    /// "standalone".
+    pub fn node_id(&self) -> String {
+        self.config
+            .control_plane
+            .as_ref()
+            .map_or_else(|| "standalone".to_string(), |c| c.node_id.clone())
+    }
+
     /// Routes in configuration order.
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.route_order

@@ -40,6 +40,25 @@ impl LoadError {
     }
 }
 
+/// What the node's last configuration change did: installed, or refused
+/// with its reasons (the running configuration stayed). Shown on the
+/// dashboard's Fleet and Cluster screens, and pushed to the control node
+/// with the gateway's state.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct LastReload {
+    /// When it happened, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// What was loaded: the file's path or the fleet version.
+    pub source: String,
+    pub applied: bool,
+    /// The version served after it (the old one when refused).
+    pub version: u64,
+    /// Of an applied configuration.
+    pub warnings: Vec<String>,
+    /// Why it was refused, one line per problem.
+    pub errors: Vec<String>,
+}
+
 /// A successful reload.
 #[derive(Debug, serde::Serialize)]
 pub struct Reloaded {
@@ -56,6 +75,8 @@ pub struct GatewayState {
     /// Certificates of the TLS listeners bound at start.
     pub tls: TlsListeners,
     pub metrics: Arc<Metrics>,
+    /// The dashboard's charts: each route target's recent rates.
+    pub history: crate::history::History,
     /// Access-log records on their way to the writer service.
     pub access_log: Arc<AccessLogQueue>,
     config_path: PathBuf,
@@ -71,6 +92,8 @@ pub struct GatewayState {
     active_requests: Arc<AtomicU64>,
     /// A gateway node's last installed fleet document and its version.
     fleet: Mutex<Option<(u64, ConfigFile)>>,
+    /// `None` until the first reload after start.
+    last_reload: Mutex<Option<LastReload>>,
 }
 
 /// Counts one proxy request as active until dropped (with its context).
@@ -107,6 +130,7 @@ impl GatewayState {
             tls,
             access_log: Arc::new(AccessLogQueue::new(Arc::clone(&metrics))),
             metrics,
+            history: Default::default(),
             config_path: config_path.to_path_buf(),
             next_version: AtomicU64::new(2),
             reload_lock: Mutex::new(()),
@@ -114,6 +138,7 @@ impl GatewayState {
             shutting_down: AtomicBool::new(false),
             active_requests: Arc::new(AtomicU64::new(0)),
             fleet: Mutex::new(None),
+            last_reload: Mutex::new(None),
         }))
     }
 
@@ -229,6 +254,7 @@ impl GatewayState {
                 let warnings = log_warnings(&snapshot.config);
                 let version = snapshot.version;
                 self.snapshot.store(Arc::new(snapshot));
+                self.record_reload(source, Ok((version, &warnings)));
                 self.metrics.record_reload(true);
                 self.metrics.set_config_version(version);
                 log::info!("loaded {source}: serving configuration version {version}");
@@ -242,6 +268,7 @@ impl GatewayState {
                 })
             }
             Err(error) => {
+                self.record_reload(source, Err(error.lines()));
                 self.metrics.record_reload(false);
                 for line in error.lines() {
                     log::error!("{source} rejected, keeping the running configuration: {line}");
@@ -249,6 +276,31 @@ impl GatewayState {
                 Err(error)
             }
         }
+    }
+
+    /// Keeps what the last configuration change did: applied with its
+    /// version and warnings, or refused with its reasons.
+    pub fn record_reload(&self, source: &str, outcome: Result<(u64, &[String]), Vec<String>>) {
+        let (applied, version, warnings, errors) = match outcome {
+            Ok((version, warnings)) => (true, version, warnings.to_vec(), Vec::new()),
+            Err(errors) => (false, self.snapshot().version, Vec::new(), errors),
+        };
+        let record = LastReload {
+            at_unix_ms: crate::clock::unix_ms(),
+            source: source.to_owned(),
+            applied,
+            version,
+            warnings,
+            errors,
+        };
+        *self.last_reload.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+    }
+
+    pub fn last_reload(&self) -> Option<LastReload> {
+        self.last_reload
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Marks a proxy request active for the guard's life.

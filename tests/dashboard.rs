@@ -269,3 +269,62 @@ async fn admin_routes_report_health_parking_and_engine_sources_per_target() {
     assert_eq!(parked["kv_index"], Value::Null, "{parked}");
     assert_eq!(parked["lmcache"], Value::Null, "{parked}");
 }
+
+#[tokio::test]
+async fn the_history_holds_each_interval_s_rate_of_each_route_target() {
+    let engine = FakeEngine::start("e", &["--ttft-ms", "20"]);
+    let config = format!(
+        "{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"e\" }}]\n\n[health]\nenabled = false\n",
+        provider("e", &engine.url())
+    );
+    let gateway = Gateway::start(&config).await;
+    let history = || async {
+        client()
+            .get(format!("{}/admin/history", gateway.admin_url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    for _ in 0..10 {
+        assert_eq!(gateway.chat("chat", "counted").await.status(), 200);
+    }
+    // A point every 5 s: the ten requests are in the first one or two.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let answer = history().await;
+        let points = answer["series"][0]["points"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let seen: f64 = points
+            .iter()
+            .map(|p| p["requests_per_s"].as_f64().unwrap() * 5.0)
+            .sum();
+        if (seen - 10.0).abs() < 0.5 {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(answer["interval_ms"], 5000);
+    let series = &answer["series"][0];
+    assert_eq!(
+        (&series["route"], &series["target"]),
+        (&Value::from("chat"), &Value::from("e/chat"))
+    );
+    let busy = series["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["requests_per_s"].as_f64().unwrap() > 0.0)
+        .unwrap();
+    assert_eq!(busy["errors_per_s"], 0.0);
+    // The engine answers its first byte after 20 ms.
+    let p50 = busy["ttft_p50_ms"].as_f64().unwrap();
+    assert!((10.0..=500.0).contains(&p50), "{busy}");
+    assert!(busy["ttft_p95_ms"].as_f64().unwrap() >= p50, "{busy}");
+}

@@ -316,3 +316,173 @@ async fn a_standalone_node_answers_policy_and_telemetry_from_its_file() {
     let (status, body) = api(&gateway, reqwest::Method::GET, "api-keys", None).await;
     assert_eq!(status, 404, "{body}");
 }
+
+/// The target `provider` of route `model` in a live-state document.
+fn find_live_target<'a>(state: &'a Value, model: &str, provider: &str) -> Option<&'a Value> {
+    state["routes"]
+        .as_array()
+        .and_then(|routes| routes.iter().find(|r| r["model"] == model))
+        .and_then(|route| route["targets"].as_array())
+        .and_then(|targets| targets.iter().find(|t| t["provider"] == provider))
+}
+
+fn live_target<'a>(state: &'a Value, model: &str, provider: &str) -> &'a Value {
+    find_live_target(state, model, provider)
+        .unwrap_or_else(|| panic!("no {provider} under {model}: {state}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gateway_pushes_its_live_state_and_the_cluster_lists_every_node_where_it_listens() {
+    let database = TestDatabase::create().await;
+    let engine = FakeEngine::start("engine", &[]);
+    let env = database.env();
+    let control = database.start_control("").await;
+    let ui = tempfile::tempdir().unwrap();
+    std::fs::write(ui.path().join("index.html"), "<div id=root></div>").unwrap();
+    let ui_dir = ui.path().display().to_string();
+    let gateway_env = [env[0], env[1], ("ROLTER_UI_DIR", ui_dir.as_str())];
+    let gateways = [
+        Gateway::start_with_env(&gateway_config(&control, "gw-1"), &gateway_env).await,
+        Gateway::start_with_env(&gateway_config(&control, "gw-2"), &env).await,
+    ];
+    // A gateway serves the dashboard of its own state (read-only: the
+    // session says so).
+    let page = client()
+        .get(format!("{}/ui/fleet", gateways[0].admin_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("<div id=root>"));
+    let (status, session) = api(&gateways[0], reqwest::Method::GET, "session", None).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        (&session["node_role"], &session["read_only"]),
+        (&json!("gateway"), &json!(true))
+    );
+    for (path, row) in [
+        (
+            "providers",
+            json!({"name": "engine", "base_url": engine.url()}),
+        ),
+        (
+            "routes",
+            json!({"model": "live-chat", "targets": [{"provider": "engine", "model": "m"}]}),
+        ),
+    ] {
+        let (status, body) = api(&control, reqwest::Method::POST, path, Some(row)).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    for gateway in &gateways {
+        eventually(
+            "the route on a gateway",
+            Duration::from_secs(10),
+            || async { gateway.chat("live-chat", "warm").await.status() == 200 },
+        )
+        .await;
+    }
+    // Known traffic: 1 + 3 through gw-1, 1 + 5 through gw-2.
+    for (gateway, n) in gateways.iter().zip([3, 5]) {
+        for _ in 0..n {
+            assert_eq!(gateway.chat("live-chat", "counted").await.status(), 200);
+        }
+    }
+    eventually(
+        "both gateways' counts on the control node",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = api(&control, reqwest::Method::GET, "fleet/gateways", None).await;
+            assert_eq!(status, 200, "{body}");
+            let attempts = |id: &str| {
+                body["gateways"]
+                    .as_array()
+                    .and_then(|g| g.iter().find(|g| g["node_id"] == id))
+                    .and_then(|g| find_live_target(&g["state"], "live-chat", "engine"))
+                    .and_then(|t| t["route_traffic"]["attempts"].as_u64())
+            };
+            attempts("gw-1") == Some(4) && attempts("gw-2") == Some(6)
+        },
+    )
+    .await;
+    let (_, answer) = api(&control, reqwest::Method::GET, "fleet/gateways", None).await;
+    for gateway in answer["gateways"].as_array().unwrap() {
+        assert_eq!(gateway["stale"], false, "{gateway}");
+        assert_eq!(gateway["interval_ms"], 1000, "{gateway}");
+        assert_eq!(gateway["state"]["node_id"], gateway["node_id"]);
+        assert!(gateway["age_ms"].as_u64().unwrap() < 4_000, "{gateway}");
+        assert!(gateway["reported_at"].as_str().unwrap().ends_with('Z'));
+        // The fleet document it installed is on record.
+        assert_eq!(
+            gateway["state"]["last_reload"]["applied"], true,
+            "{gateway}"
+        );
+    }
+
+    // Each push is a point of that gateway's history on the control node.
+    eventually(
+        "both gateways' history",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = api(&control, reqwest::Method::GET, "fleet/history", None).await;
+            assert_eq!(status, 200, "{body}");
+            let busy = |id: &str| {
+                body["gateways"].as_array().is_some_and(|g| {
+                    g.iter().any(|g| {
+                        g["node_id"] == id
+                            && g["interval_ms"] == 1000
+                            && g["series"].as_array().is_some_and(|s| {
+                                s.iter().any(|s| {
+                                    s["route"] == "live-chat"
+                                        && s["target"] == "engine/m"
+                                        && s["points"].as_array().is_some_and(|p| !p.is_empty())
+                                })
+                            })
+                    })
+                })
+            };
+            busy("gw-1") && busy("gw-2")
+        },
+    )
+    .await;
+
+    // The control node lists itself first; gateways where they listen.
+    let (status, nodes) = api(&control, reqwest::Method::GET, "cluster/nodes", None).await;
+    assert_eq!(status, 200, "{nodes}");
+    let nodes = nodes["nodes"].as_array().unwrap().clone();
+    assert_eq!(nodes[0]["role"], "control", "{nodes:?}");
+    assert_eq!(
+        nodes[0]["address"].as_str(),
+        control.admin_url().strip_prefix("http://")
+    );
+    for (gateway, id) in gateways.iter().zip(["gw-1", "gw-2"]) {
+        let node = nodes.iter().find(|n| n["node_id"] == id).unwrap();
+        assert_eq!(
+            node["address"].as_str(),
+            gateway.admin_url().strip_prefix("http://"),
+            "{node}"
+        );
+        assert!(node["last_seen"].as_str().unwrap().ends_with('Z'), "{node}");
+        assert!(
+            node["software_version"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rolter/")),
+            "{node}"
+        );
+    }
+
+    // A gateway that stops reporting is marked stale within two pushes
+    // and a grace, and its last numbers stay.
+    gateways[1].process.signal(libc::SIGSTOP);
+    eventually("gw-2 stale", Duration::from_secs(10), || async {
+        let (_, body) = api(&control, reqwest::Method::GET, "fleet/gateways", None).await;
+        let gateways = body["gateways"].as_array().cloned().unwrap_or_default();
+        let of = |id: &str| gateways.iter().find(|g| g["node_id"] == id).cloned();
+        of("gw-2").is_some_and(|g| {
+            g["stale"] == true
+                && live_target(&g["state"], "live-chat", "engine")["route_traffic"]["attempts"] == 6
+        }) && of("gw-1").is_some_and(|g| g["stale"] == false)
+    })
+    .await;
+    gateways[1].process.signal(libc::SIGCONT);
+    drop(database);
+}

@@ -592,6 +592,26 @@ async fn bad_reload_keeps_the_running_configuration_and_says_why() {
         .metrics()
         .await
         .contains(r#"rolter_config_reloads_total{result="error"} 1"#));
+    // The refusal stays on record for the dashboard, with its reasons.
+    let last = &gateway.routes().await["last_reload"];
+    assert_eq!(last["applied"], false, "{last}");
+    assert_eq!(last["version"], 1, "{last}");
+    assert!(last["errors"].to_string().contains("missing"), "{last}");
+    assert!(
+        last["source"].as_str().unwrap().ends_with("rolter.toml"),
+        "{last}"
+    );
+    assert!(
+        last["at_unix_ms"].as_u64().unwrap() > 1_700_000_000_000,
+        "{last}"
+    );
+    // A good reload replaces it.
+    gateway.write_config(&good);
+    assert_eq!(gateway.reload().await.0, 200);
+    let last = &gateway.routes().await["last_reload"];
+    assert_eq!(last["applied"], true, "{last}");
+    assert_eq!(last["version"], 2, "{last}");
+    assert_eq!(last["errors"], json!([]), "{last}");
 }
 
 #[tokio::test]

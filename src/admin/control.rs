@@ -10,6 +10,9 @@
 //!   configuration is managed in rolter.toml, or by the control node).
 //! - `GET /api/v1/session`, on every node: who the admin token is and what
 //!   this node lets it do, for the dashboard.
+//! - `GET /api/v1/fleet/gateways`, `GET /api/v1/fleet/history`: each
+//!   gateway's newest live state and recent traffic on a control node; none
+//!   elsewhere (a node's own are `/admin/routes` and `/admin/history`).
 
 use std::sync::Arc;
 
@@ -27,8 +30,10 @@ use crate::auth::bearer_token;
 use crate::config::{AdminRole, Role};
 use crate::control::node::ControlNode;
 use crate::control::store::{ClusterAnswer, ClusterNode, NodeReport};
+use crate::fleet::state::{FleetHistoryAnswer, GatewaysAnswer};
 use crate::fleet::telemetry::{
-    self, NodeRanking, PolicyView, RouteTelemetry, TelemetryAnswer, TelemetryPush, NODE_ID_HEADER,
+    self, NodeRanking, PolicyView, RouteTelemetry, TelemetryAnswer, TelemetryPush,
+    ADMIN_ADDRESS_HEADER, NODE_ID_HEADER,
 };
 use crate::state::GatewayState;
 
@@ -66,7 +71,7 @@ pub async fn serve(
         "session" => Some(AdminRole::Viewer),
         "adaptive-routing-policy" if control.is_none() => Some(AdminRole::Superadmin),
         "adaptive-routing-telemetry" => Some(AdminRole::Superadmin),
-        "cluster/nodes" => Some(AdminRole::Viewer),
+        "cluster/nodes" | "fleet/gateways" | "fleet/history" => Some(AdminRole::Viewer),
         // The control API checks roles itself; elsewhere there is nothing else.
         _ => None,
     };
@@ -92,6 +97,15 @@ pub async fn serve(
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
         },
         ("cluster/nodes", None) => ok(local_node(state)),
+        ("fleet/gateways", _) if method != Method::GET => method_not_allowed(),
+        ("fleet/gateways", Some(control)) => match control.gateways().await {
+            Ok(body) => ok(body),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e),
+        },
+        ("fleet/gateways", None) => ok(GatewaysAnswer::default()),
+        ("fleet/history", _) if method != Method::GET => method_not_allowed(),
+        ("fleet/history", Some(control)) => ok(control.gateway_histories()),
+        ("fleet/history", None) => ok(FleetHistoryAnswer::default()),
         (_, Some(control)) => {
             let request = ApiRequest {
                 method: &method,
@@ -210,7 +224,14 @@ async fn internal_call(
                 node_id,
                 role: "gateway".to_string(),
                 config_version: have,
-                address: session.client_addr().map(|a| a.to_string()),
+                address: telemetry::advertised_address(
+                    session.client_addr().and_then(|a| a.as_inet()).copied(),
+                    session
+                        .req_header()
+                        .headers
+                        .get(ADMIN_ADDRESS_HEADER)
+                        .and_then(|v| v.to_str().ok()),
+                ),
                 software_version: session
                     .req_header()
                     .headers
@@ -309,7 +330,7 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
 /// This node's own telemetry, in the control node's shape.
 fn local_telemetry(state: &GatewayState) -> TelemetryAnswer {
     let snapshot = state.snapshot();
-    let node_id = node_id(state);
+    let node_id = state.snapshot().node_id();
     TelemetryAnswer {
         routes: telemetry::sample(&snapshot)
             .into_iter()
@@ -325,21 +346,12 @@ fn local_telemetry(state: &GatewayState) -> TelemetryAnswer {
     }
 }
 
-fn node_id(state: &GatewayState) -> String {
-    state
-        .snapshot()
-        .config
-        .control_plane
-        .as_ref()
-        .map_or_else(|| "standalone".to_string(), |c| c.node_id.clone())
-}
-
 fn local_node(state: &GatewayState) -> ClusterAnswer {
     let snapshot = state.snapshot();
     ClusterAnswer {
         nodes: vec![ClusterNode {
             report: NodeReport {
-                node_id: node_id(state),
+                node_id: state.snapshot().node_id(),
                 role: snapshot.config.server.role.as_str().to_owned(),
                 config_version: Some(snapshot.version),
                 address: None,

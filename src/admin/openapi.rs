@@ -19,14 +19,17 @@ use utoipa::{Modify, OpenApi};
 use super::api::policy::PolicyAnswer;
 use super::api::{ErrorBody, Listing, RowAnswer, Written};
 use super::control::SessionView;
-use super::{EngineTelemetryAnswer, ReloadAnswer, RoutesAnswer, StrategiesAnswer};
+use super::{EngineTelemetryAnswer, ReloadAnswer, StrategiesAnswer};
 use crate::config::file::{
     AdaptiveRoutingTable, AdminTokenTable, ApiKeyTable, CatalogTable, ProviderGroupTable,
     ProviderTable, RouteTable,
 };
 use crate::control::store::{AdminTokenView, ApiKeyView, AuditRecord, ClusterAnswer};
 use crate::fleet::poller::FleetSnapshot;
+use crate::fleet::state::{FleetHistoryAnswer, GatewaysAnswer};
 use crate::fleet::telemetry::{TelemetryAnswer, TelemetryPush};
+use crate::history::HistoryAnswer;
+use crate::live::RoutesAnswer;
 
 /// The document.
 #[derive(OpenApi)]
@@ -40,7 +43,8 @@ use crate::fleet::telemetry::{TelemetryAnswer, TelemetryPush};
     paths(
         healthz, readyz, metrics, document_path,
         reload, routes, strategies, kv_index,
-        session, policy_get, policy_put, telemetry, cluster_nodes, audit_log,
+        session, policy_get, policy_put, telemetry, cluster_nodes, fleet_gateways, fleet_history,
+        admin_history, audit_log,
         providers_list, providers_create, providers_get, providers_update, providers_delete,
         routes_list, routes_create, routes_get, routes_update, routes_delete,
         groups_list, groups_create, groups_get, groups_update, groups_delete,
@@ -155,6 +159,21 @@ fn telemetry() {}
 #[utoipa::path(get, path = "/api/v1/cluster/nodes", tag = "control", security(("admin_token" = [])),
     responses((status = 200, body = ClusterAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
 fn cluster_nodes() {}
+
+#[utoipa::path(get, path = "/api/v1/fleet/gateways", tag = "control", security(("admin_token" = [])),
+    description = "Each gateway's newest live state (its `/admin/routes`), with its age, on a control node; empty elsewhere.",
+    responses((status = 200, body = GatewaysAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+fn fleet_gateways() {}
+
+#[utoipa::path(get, path = "/api/v1/fleet/history", tag = "control", security(("admin_token" = [])),
+    description = "Each gateway's recent traffic per route and target, a point per push it made to this control node; empty elsewhere.",
+    responses((status = 200, body = FleetHistoryAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+fn fleet_history() {}
+
+#[utoipa::path(get, path = "/admin/history", tag = "admin", security(("admin_token" = [])),
+    description = "This node's traffic per route and target over the last 15 minutes, a point every 5 s (role viewer).",
+    responses((status = 200, body = HistoryAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+fn admin_history() {}
 
 #[utoipa::path(get, path = "/api/v1/audit-log", tag = "control", security(("admin_token" = [])),
     description = "The newest configuration changes first (control nodes).",

@@ -266,15 +266,6 @@ fn html_escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The page a gateway node answers under `/ui`: it has no dashboard.
-pub fn not_served_here() -> Response<Vec<u8>> {
-    page(
-        StatusCode::NOT_FOUND,
-        "No dashboard on gateway nodes",
-        "The dashboard is served by control nodes (and standalone nodes). Open <code>/ui/</code> on a control node's admin listener.",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,10 +22,14 @@ use bytes::Bytes;
 use http::StatusCode;
 use tokio::sync::OnceCell;
 
-use super::store::{ClusterAnswer, NodeReport, Store};
+use super::store::{ClusterAnswer, ClusterNode, NodeReport, Store};
 use crate::config::file::{AdaptiveRoutingTable, ConfigFile};
 use crate::config::{self, Config, ConfigErrors};
+use crate::control::store::StoredGatewayState;
 use crate::fleet::poller::FleetSnapshot;
+use crate::fleet::state::{
+    is_stale, FleetHistoryAnswer, GatewayHistories, GatewayView, GatewaysAnswer,
+};
 use crate::fleet::telemetry::{
     NodeRanking, RouteSample, RouteTelemetry, TelemetryAnswer, TelemetryPush,
 };
@@ -35,6 +39,12 @@ use crate::state::{GatewayState, LoadError, Reloaded};
 pub const TELEMETRY_CURRENT_SECS: i64 = 60;
 /// Telemetry rows older than this are deleted (a scaled-down node leaves).
 pub const TELEMETRY_PRUNE_SECS: i64 = 3600;
+/// A gateway silent this long leaves the fleet view (it stays in the
+/// cluster inventory).
+pub const GATEWAY_STATE_SHOWN_SECS: i64 = 600;
+/// The push interval assumed of a gateway that did not say (the default
+/// `telemetry_interval`).
+const DEFAULT_PUSH_INTERVAL_MS: u64 = config::file::DEFAULT_TELEMETRY_INTERVAL_SECS * 1000;
 /// Actor of policy writes seeded from rolter.toml.
 const FILE_ACTOR: &str = "rolter.toml";
 
@@ -54,12 +64,26 @@ pub struct ControlNode {
     published: ArcSwap<Published>,
     /// Reloads of rolter.toml since start.
     file_generation: AtomicU64,
+    /// The gateways' recent traffic, from their pushes.
+    histories: GatewayHistories,
     // One refresh at a time (API writes, reloads, the periodic check).
     refresh_lock: tokio::sync::Mutex<()>,
 }
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+/// A stored state as the fleet view answers it.
+fn gateway_view(stored: StoredGatewayState) -> GatewayView {
+    GatewayView {
+        stale: is_stale(stored.age_ms, stored.interval_ms),
+        node_id: stored.node_id,
+        reported_at: stored.reported_at,
+        age_ms: stored.age_ms,
+        interval_ms: stored.interval_ms,
+        state: stored.state,
+    }
 }
 
 /// Reads rolter.toml as file types (it validated when it was loaded).
@@ -126,8 +150,14 @@ impl ControlNode {
                 body: Bytes::new(),
             }),
             file_generation: AtomicU64::new(0),
+            histories: GatewayHistories::default(),
             refresh_lock: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The node's own state (its snapshot, metrics, last reload).
+    pub fn state(&self) -> &GatewayState {
+        &self.state
     }
 
     pub async fn store(&self) -> Result<&Store, String> {
@@ -250,6 +280,15 @@ impl ControlNode {
     /// model) and prunes rows of nodes that stopped reporting.
     pub async fn record_telemetry(&self, node_id: &str, push: TelemetryPush) -> Result<(), String> {
         let store = self.store().await?;
+        if let Some(state) = push.state.as_ref().filter(|s| s.is_object()) {
+            let interval_ms = push.interval_ms.unwrap_or(DEFAULT_PUSH_INTERVAL_MS);
+            self.histories
+                .record(node_id, state, interval_ms, crate::clock::unix_ms());
+            store
+                .upsert_gateway_state(node_id, state, interval_ms)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         for route in push.routes {
             let sample = serde_json::to_value(&route).map_err(|e| e.to_string())?;
             store
@@ -259,10 +298,28 @@ impl ControlNode {
         }
         let cutoff = chrono::Utc::now() - chrono::Duration::seconds(TELEMETRY_PRUNE_SECS);
         store
+            .prune_gateway_states(cutoff)
+            .await
+            .map_err(|e| e.to_string())?;
+        store
             .prune_telemetry(cutoff)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    /// Every gateway's newest live state of the last
+    /// [`GATEWAY_STATE_SHOWN_SECS`], with its age.
+    pub async fn gateways(&self) -> Result<GatewaysAnswer, String> {
+        let store = self.store().await?;
+        let cutoff = chrono::Utc::now() - chrono::Duration::seconds(GATEWAY_STATE_SHOWN_SECS);
+        let states = store
+            .gateway_states_since(cutoff)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(GatewaysAnswer {
+            gateways: states.into_iter().map(gateway_view).collect(),
+        })
     }
 
     /// Current telemetry, grouped by route with one entry per node. A
@@ -302,12 +359,36 @@ impl ControlNode {
         })
     }
 
+    /// The cluster inventory: this control node first (as it is now), then
+    /// every node that polled, as last seen.
+    /// Each gateway's recent traffic, as pushed to this control node.
+    pub fn gateway_histories(&self) -> FleetHistoryAnswer {
+        self.histories.answer()
+    }
+
     pub async fn nodes(&self) -> Result<ClusterAnswer, String> {
         let store = self.store().await?;
-        let nodes = store.list_nodes().await.map_err(|e| e.to_string())?;
+        let polled = store.list_nodes().await.map_err(|e| e.to_string())?;
+        let version = self.published.load().version;
+        let snapshot = self.state.snapshot();
+        let me = ClusterNode {
+            report: NodeReport {
+                node_id: snapshot.node_id(),
+                role: snapshot.config.server.role.as_str().to_owned(),
+                config_version: Some(version),
+                address: Some(snapshot.config.server.admin_listen.clone()),
+                software_version: Some(format!("rolter/{}", env!("CARGO_PKG_VERSION"))),
+            },
+            first_seen: None,
+            last_seen: None,
+        };
+        let others = polled
+            .into_iter()
+            .filter(|n| n.report.node_id != me.report.node_id);
+        let nodes = std::iter::once(me.clone()).chain(others).collect();
         Ok(ClusterAnswer {
             nodes,
-            config_version: self.published.load().version,
+            config_version: version,
         })
     }
 

@@ -51,7 +51,7 @@ use crate::config::file::{AdaptiveRoutingTable, ConfigFile};
 pub use audit::{AuditRecord, MAX_AUDIT_PAGE};
 pub use catalog::Catalog;
 pub use error::StoreError;
-pub use fleet::{ClusterAnswer, ClusterNode, NodeReport, TelemetrySample};
+pub use fleet::{ClusterAnswer, ClusterNode, NodeReport, StoredGatewayState, TelemetrySample};
 pub use keys::{AdminTokenView, AdminTokens, ApiKeyView, ApiKeys};
 pub use migrate::{run_migrate, AppliedMigration, MigrateArgs};
 pub use policy::{sanitize as sanitize_policy, StoredPolicy};

@@ -3,8 +3,10 @@
 //! The scores live in the balancers, in the gateway process; a background
 //! task on each gateway samples them every `telemetry_interval` and pushes
 //! the sample to the control node (`POST /internal/adaptive-telemetry`),
-//! which keeps the newest per (node, model). Nothing is written on the
-//! request path: a pick only bumps the balancer's own relaxed counters.
+//! which keeps the newest per (node, model). The same push carries the
+//! gateway's live state (its `/admin/routes` answer, `state.rs`). Nothing is
+//! written on the request path: a pick only bumps the balancer's own
+//! relaxed counters.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,26 @@ use crate::state::GatewayState;
 
 /// Header naming the node in every internal call.
 pub const NODE_ID_HEADER: &str = "x-rolter-node-id";
+/// Header with the node's `admin_listen`, which the control node lists as
+/// its address (the peer address of a call is an ephemeral outgoing port).
+pub const ADMIN_ADDRESS_HEADER: &str = "x-rolter-admin-address";
+
+/// The address to list for a node that called from `peer` and says it
+/// listens on `admin_listen`: that address, with the peer's IP when it
+/// listens on every interface; the peer address when it did not say.
+pub fn advertised_address(
+    peer: Option<std::net::SocketAddr>,
+    admin_listen: Option<&str>,
+) -> Option<String> {
+    let said = admin_listen.and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+    match (said, peer) {
+        (Some(said), Some(peer)) if said.ip().is_unspecified() => {
+            Some(std::net::SocketAddr::new(peer.ip(), said.port()).to_string())
+        }
+        (Some(said), _) => Some(said.to_string()),
+        (None, peer) => peer.map(|p| p.to_string()),
+    }
+}
 
 /// The policy a node runs (already sanitized).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
@@ -124,7 +146,19 @@ pub struct NodeRanking {
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TelemetryPush {
     pub routes: Vec<RouteSample>,
+    /// Its live state (`/admin/routes`); absent from older gateways, and
+    /// when it would not fit [`MAX_PUSH_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub state: Option<serde_json::Value>,
+    /// Its `telemetry_interval`, to tell a late report from a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
 }
+
+/// The most a push may carry: the control node reads at most 4 MiB of a
+/// body; a state too large for this goes without (and is logged).
+pub const MAX_PUSH_BYTES: usize = 3 * 1024 * 1024;
 
 fn named(pairs: &[(&'static str, f64)], name: &str) -> Option<f64> {
     pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
@@ -199,10 +233,27 @@ impl TelemetryPusher {
 
     async fn push(&self, connector: &Connector) -> Result<(), String> {
         let snapshot = self.state.snapshot();
-        let body = serde_json::to_vec(&TelemetryPush {
+        let interval = snapshot
+            .config
+            .control_plane
+            .as_ref()
+            .map(|c| c.telemetry_interval.as_millis() as u64);
+        let live = serde_json::to_value(crate::live::answer(&self.state, &snapshot))
+            .map_err(|e| e.to_string())?;
+        let mut push = TelemetryPush {
             routes: sample(&snapshot),
-        })
-        .map_err(|e| e.to_string())?;
+            state: Some(live),
+            interval_ms: interval,
+        };
+        let mut body = serde_json::to_vec(&push).map_err(|e| e.to_string())?;
+        if body.len() > MAX_PUSH_BYTES {
+            log::warn!(
+                "live state of {} bytes is over {MAX_PUSH_BYTES}: pushed without it",
+                body.len()
+            );
+            push.state = None;
+            body = serde_json::to_vec(&push).map_err(|e| e.to_string())?;
+        }
         let (status, answer) = InternalCall::to(&snapshot, "internal/adaptive-telemetry")?
             .send(connector, Method::POST, Some(Bytes::from(body)), 64 * 1024)
             .await?;
@@ -255,6 +306,14 @@ impl InternalCall {
                 HeaderValue::from_static("application/json"),
             ),
         ];
+        let mut headers = headers;
+        headers.push((
+            http::header::USER_AGENT,
+            HeaderValue::from_static(concat!("rolter/", env!("CARGO_PKG_VERSION"))),
+        ));
+        if let Ok(admin) = HeaderValue::from_str(&snapshot.config.server.admin_listen) {
+            headers.push((HeaderName::from_static(ADMIN_ADDRESS_HEADER), admin));
+        }
         Ok(Self {
             endpoint,
             path,
@@ -290,5 +349,37 @@ impl BackgroundService for TelemetryPusher {
                 log::warn!("adaptive telemetry push failed: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_address;
+
+    #[test]
+    fn a_node_is_listed_at_its_admin_listener_not_its_outgoing_port() {
+        let peer = Some("10.0.0.7:53122".parse().unwrap());
+        assert_eq!(
+            advertised_address(peer, Some("0.0.0.0:9090")).as_deref(),
+            Some("10.0.0.7:9090")
+        );
+        assert_eq!(
+            advertised_address(peer, Some("[::]:9090")).as_deref(),
+            Some("10.0.0.7:9090")
+        );
+        assert_eq!(
+            advertised_address(peer, Some("10.0.0.8:9090")).as_deref(),
+            Some("10.0.0.8:9090")
+        );
+        assert_eq!(
+            advertised_address(peer, None).as_deref(),
+            Some("10.0.0.7:53122"),
+            "an older gateway says nothing: its peer address"
+        );
+        assert_eq!(
+            advertised_address(peer, Some("not an address")).as_deref(),
+            Some("10.0.0.7:53122")
+        );
+        assert_eq!(advertised_address(None, None), None);
     }
 }

@@ -136,7 +136,10 @@ export async function startNode(bin, name, config, env) {
     name,
     proxy: `http://127.0.0.1:${listen}`,
     admin: `http://127.0.0.1:${admin}`,
+    configPath: join(dir, "rolter.toml"),
     log: () => readFileSync(logFile, "utf8"),
+    /// SIGSTOP freezes it (a node that stops answering), SIGCONT thaws it.
+    signal: (sig) => child.kill(sig),
   };
   await eventually(`${name} to be ready`, 30_000, async () => {
     if (entry.exited) throw new Error(`${name} exited:\n${node.log()}`);
@@ -152,6 +155,8 @@ export async function startNode(bin, name, config, env) {
 /// removes what was created.
 export async function stopAll() {
   for (const entry of children) {
+    // A frozen process handles SIGTERM only once thawed.
+    if (!entry.exited) entry.child.kill("SIGCONT");
     if (!entry.exited) entry.child.kill("SIGTERM");
   }
   const deadline = Date.now() + 3000;

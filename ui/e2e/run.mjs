@@ -12,7 +12,7 @@
 // create and drop a database).
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -147,6 +147,107 @@ async function shownOption(page, selector) {
   return page.$eval(selector, (select) => select.options[select.selectedIndex]?.text ?? "");
 }
 
+/// A Prometheus text exposition as samples: name, labels, value.
+function samples(text) {
+  const out = [];
+  for (const line of text.split("\n")) {
+    const m = line.match(/^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/);
+    if (!m) continue;
+    const labels = {};
+    for (const pair of (m[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1]] = pair[2];
+    out.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/// One route's counters per target, summed over `nodes`' /metrics: what
+/// the Fleet screen must show for it.
+async function routeCounters(nodes, route) {
+  const byTarget = new Map();
+  for (const node of nodes) {
+    const text = await (await fetch(`${node.admin}/metrics`)).text();
+    for (const s of samples(text)) {
+      if (s.labels.route !== route || !s.labels.target) continue;
+      const c = byTarget.get(s.labels.target) ?? { attempts: 0, failures: 0, latencySum: 0, latencyCount: 0 };
+      if (s.name === "rolter_route_target_attempts_total" && s.labels.outcome === "dispatched") c.attempts += s.value;
+      if (s.name === "rolter_route_target_attempts_total" && s.labels.outcome === "failed") c.failures += s.value;
+      if (s.name === "rolter_upstream_latency_seconds_sum") c.latencySum += s.value;
+      if (s.name === "rolter_upstream_latency_seconds_count") c.latencyCount += s.value;
+      byTarget.set(s.labels.target, c);
+    }
+  }
+  return byTarget;
+}
+
+/// The dashboard's own formats (src/lib/format.ts), for comparing text.
+function formatMs(ms) {
+  if (ms == null || !Number.isFinite(ms)) return "—";
+  if (ms < 10) return `${ms.toFixed(1)} ms`;
+  if (ms < 10_000) return `${Math.round(ms)} ms`;
+  return `${(ms / 1000).toFixed(1)} s`;
+}
+const formatPercent = (f) => `${(f * 100).toFixed(0)}%`;
+
+/// The numbers the Fleet screen shows for each target row of `route`.
+async function fleetRows(page, route) {
+  return page.getByTestId(`fleet-route-${route}`).getByTestId("fleet-target").evaluateAll((rows) =>
+    rows.map((row) => {
+      const cell = (id) => row.querySelector(`[data-testid="${id}"]`)?.textContent.trim() ?? null;
+      return {
+        target: row.dataset.target,
+        picks: cell("route-picks"),
+        failures: cell("route-failures"),
+        latency: cell("route-latency"),
+        share: cell("route-share"),
+      };
+    }),
+  );
+}
+
+/// What those rows must read, from the gateways' counters.
+function expectedRows(counters, weights) {
+  const total = [...counters.values()].reduce((n, c) => n + c.attempts, 0);
+  const totalWeight = Object.values(weights).reduce((a, b) => a + b, 0);
+  return Object.keys(weights).map((target) => {
+    const c = counters.get(target) ?? { attempts: 0, failures: 0, latencySum: 0, latencyCount: 0 };
+    const mean = c.latencyCount ? (c.latencySum / c.latencyCount) * 1000 : null;
+    return {
+      target,
+      // Every attempt is a pick of the route's balancer (retries included).
+      picks: String(c.attempts),
+      failures: String(c.failures),
+      latency: mean == null ? "—" : `${formatMs(mean)}mean`,
+      share: `${total ? formatPercent(c.attempts / total) : "—"} / ${formatPercent(weights[target] / totalWeight)}`,
+    };
+  });
+}
+
+/// Every screen is wide enough for its content: nothing sticks out of the
+/// page, and no two column heads of a table overlap.
+async function checkLayout(page, what) {
+  /* global document, window -- evaluated in the page */
+  const problems = await page.evaluate(() => {
+    const found = [];
+    if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+      found.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
+    }
+    for (const row of document.querySelectorAll("thead tr")) {
+      const heads = [...row.querySelectorAll("th")].map((th) => {
+        const range = document.createRange();
+        range.selectNodeContents(th);
+        return { text: th.textContent, box: range.getBoundingClientRect(), cell: th.getBoundingClientRect() };
+      });
+      for (const h of heads) {
+        if (h.box.width > 0 && (h.box.left < h.cell.left - 1 || h.box.right > h.cell.right + 1)) {
+          found.push(`the head "${h.text}" runs out of its column`);
+        }
+      }
+    }
+    return found;
+  });
+  assert.deepEqual(problems, [], `${what}: ${problems.join("; ")}`);
+}
+
 async function main() {
   assert.ok(existsSync(join(DIST, "index.html")), `no build in ${DIST}: run \`npm run build\` first`);
   assert.ok(existsSync(BIN), `no rolter binary at ${BIN}: run \`cargo build\` first or set ROLTER_BIN`);
@@ -196,22 +297,21 @@ output_per_mtok = 0.08
 ${ADMIN_TOKENS}`,
     { ...nodeEnv, DATABASE_URL: databaseUrl, ROLTER_DOCS_URL: DOCS_URL },
   );
-  const gateway = await startNode(
-    BIN,
-    "gateway",
-    `[server]
+  const gatewayConfig = (id) => `[server]
 role = "gateway"
 require_api_key = false
 
 [control_plane]
 url = "${control.admin}"
 internal_token_env = "ROLTER_INTERNAL_TOKEN"
-node_id = "gw-1"
+node_id = "${id}"
 poll_interval_secs = 1
 telemetry_interval_secs = 1
-`,
-    nodeEnv,
-  );
+`;
+  const [gateway, gateway2] = await Promise.all([
+    startNode(BIN, "gateway", gatewayConfig("gw-1"), nodeEnv),
+    startNode(BIN, "gateway-2", gatewayConfig("gw-2"), nodeEnv),
+  ]);
   const standalone = await startNode(
     BIN,
     "standalone",
@@ -246,7 +346,7 @@ output_per_mtok = 0.6
 ${ADMIN_TOKENS}`,
     nodeEnv,
   );
-  log(`nodes: control ${control.admin}, gateway ${gateway.admin}, standalone ${standalone.admin}`);
+  log(`nodes: control ${control.admin}, gateways ${gateway.admin} ${gateway2.admin}, standalone ${standalone.admin}`);
 
   // A route whose strategy was set outside the dashboard (through the API)
   // to one the picker does not offer.
@@ -354,6 +454,30 @@ ${ADMIN_TOKENS}`,
     assert.equal(body.data.strategy, "precise_cache_aware");
     await screenshot(page, "route-editor-strategy-with-hint");
 
+    // --- Unsaved changes: "Saved" goes, leaving asks first ------------------
+    log("unsaved-change guard");
+    await page.getByLabel("Model of line 1").fill(`${MODEL}-edited`);
+    assert.equal(await page.getByTestId("saved").count(), 0, "Saved stays after a new edit");
+    await page.getByTestId("unsaved").waitFor();
+    let asked = null;
+    page.once("dialog", (dialog) => {
+      asked = dialog.message();
+      dialog.dismiss();
+    });
+    await nav(page, "Fleet");
+    await eventually("the leave question", 5_000, async () => asked !== null);
+    assert.match(asked, /not saved/);
+    assert.equal(new URL(page.url()).pathname, "/ui/routes/edit/e2e-chat", "left despite the answer");
+    assert.equal(await page.getByLabel("Model of line 1").inputValue(), `${MODEL}-edited`);
+    await screenshot(page, "route-editor-unsaved");
+    page.once("dialog", (dialog) => dialog.accept());
+    await nav(page, "Fleet");
+    await page.waitForURL(`${base}/ui/fleet`);
+    [status, body] = await api(control, "GET", "routes/e2e-chat");
+    assert.equal(body.data.targets[0].model, MODEL, "the abandoned edit was saved");
+    await page.goto(`${base}/ui/routes/edit/e2e-chat`);
+    await page.getByTestId("rule-editor").waitFor();
+
     // --- Reload: the picker shows the held value --------------------------------
     log("reload the page");
     await page.reload();
@@ -415,6 +539,47 @@ ${ADMIN_TOKENS}`,
     });
     await screenshot(page, "group-editor");
 
+    // --- Fleet: known traffic through two gateways ------------------------
+    log("fleet: known traffic through two gateways");
+    const weights = { [`gpu-kv/${MODEL}`]: 3, [`file-gpu/${MODEL}`]: 1 };
+    [status, body] = await api(control, "POST", "routes", {
+      model: "e2e-weighted",
+      strategy: "weighted",
+      targets: [
+        { provider: "gpu-kv", model: MODEL, weight: 3 },
+        { provider: "file-gpu", model: MODEL, weight: 1 },
+      ],
+    });
+    assert.equal(status, 201, JSON.stringify(body));
+    for (const gw of [gateway, gateway2]) {
+      await eventually(`${gw.name} to serve e2e-weighted`, 10_000, async () => (await chat(gw, "e2e-weighted", "warm")) === 200);
+    }
+    for (let i = 0; i < 8; i += 1) assert.equal(await chat(gateway, "e2e-weighted", `one ${i}`), 200);
+    for (let i = 0; i < 12; i += 1) assert.equal(await chat(gateway2, "e2e-weighted", `two ${i}`), 200);
+    const summedCounters = await routeCounters([gateway, gateway2], "e2e-weighted");
+    const served = [...summedCounters.values()].reduce((n, c) => n + c.attempts, 0);
+    assert.ok(served >= 22, `the gateways counted ${served} attempts`);
+    await nav(page, "Fleet");
+    await page.getByTestId("gateway-gw-1").waitFor();
+    await page.getByTestId("gateway-gw-2").waitFor();
+    const summed = expectedRows(summedCounters, weights);
+    await eventually("the summed fleet to show the gateways' counters", 15_000, async () => {
+      const rows = await fleetRows(page, "e2e-weighted");
+      assert.deepEqual(rows, summed);
+      return true;
+    });
+    assert.equal(await page.getByTestId("tile-in-flight").locator(".value").innerText(), "0");
+    await checkLayout(page, "fleet at 1440 px");
+    await screenshot(page, "fleet-two-gateways-summed");
+    await page.getByLabel("Showing").selectOption("gw:gw-1");
+    const one = expectedRows(await routeCounters([gateway], "e2e-weighted"), weights);
+    await eventually("gw-1 alone to show its own counters", 10_000, async () => {
+      assert.deepEqual(await fleetRows(page, "e2e-weighted"), one);
+      return true;
+    });
+    await screenshot(page, "fleet-one-gateway");
+    await page.getByLabel("Showing").selectOption("all");
+
     // --- Catalog, model sheet, routing rules --------------------------------
     log("model catalog, model sheet, routing rules");
     await nav(page, "Model catalog");
@@ -466,6 +631,25 @@ ${ADMIN_TOKENS}`,
     assert.match(warnings, /0\.9 is above 0\.5; using 0\.5/);
     assert.match(await page.getByTestId("affected-routes").innerText(), /api-adaptive[\s\S]*file-adaptive|file-adaptive[\s\S]*api-adaptive/);
     await screenshot(page, "adaptive-routing-clamped");
+    assert.match(await page.locator("label.check").filter({ has: page.locator("#policy-enabled") }).innerText(), /Adaptive routing enabled/);
+
+    // --- Adaptive assignment: a route onto adaptive and off it, from here --
+    log("adaptive assignment");
+    await page.locator("#adaptive-add").selectOption("e2e-chat");
+    await page.getByRole("button", { name: "Put on adaptive" }).click();
+    await page.getByTestId("assignment-saved").filter({ hasText: "e2e-chat is on adaptive" }).waitFor();
+    [status, body] = await api(control, "GET", "routes/e2e-chat");
+    assert.equal(body.data.strategy, "adaptive", JSON.stringify(body));
+    await page.getByTestId("adaptive-route-e2e-chat").waitFor();
+    await screenshot(page, "adaptive-assignment-on");
+    await page.getByLabel("Strategy for e2e-chat").selectOption("precise_cache_aware");
+    await page.getByTestId("adaptive-route-e2e-chat").getByRole("button", { name: "Move off" }).click();
+    await page.getByTestId("assignment-saved").filter({ hasText: "moved to precise_cache_aware" }).waitFor();
+    [status, body] = await api(control, "GET", "routes/e2e-chat");
+    assert.equal(body.data.strategy, "precise_cache_aware", JSON.stringify(body));
+    assert.equal(await page.getByTestId("adaptive-route-e2e-chat").count(), 0);
+    // A file-managed route is listed, not movable.
+    assert.match(await page.getByTestId("adaptive-route-file-adaptive").innerText(), /set in rolter\.toml/);
     // The gateway converges on the new policy (a new snapshot, so new
     // balancers) and reports its scores for the traffic that follows.
     let sent = 0;
@@ -501,11 +685,40 @@ ${ADMIN_TOKENS}`,
     log("cluster");
     await nav(page, "Cluster");
     await page.getByTestId("cluster-node").filter({ hasText: "gw-1" }).waitFor();
+    await page.getByTestId("cluster-node").filter({ hasText: "gw-2" }).waitFor();
+    const self = page.getByTestId("cluster-node").filter({ hasText: "control-1" });
+    await self.waitFor();
+    assert.match(await self.innerText(), new RegExp(control.admin.replace("http://", "").replace(/\./g, "\\.")));
+    const gwRow = await page.getByTestId("cluster-node").filter({ hasText: "gw-1" }).innerText();
+    assert.ok(gwRow.includes(gateway.admin.replace("http://", "")), `gw-1 listed at its outgoing port: ${gwRow}`);
+    assert.match(gwRow, /applied/);
+    // Times carry their zone.
+    assert.match(gwRow, /UTC|GMT|[+-]\d/);
     await page.getByTestId("audit-log").getByText("route.update").first().waitFor();
+    const diff = await page.getByTestId("audit-log").getByTestId("audit-diff").first().innerText();
+    assert.match(diff, /strategy\s+adaptive\s+precise_cache_aware/, diff);
     await screenshot(page, "cluster");
     await nav(page, "Fleet");
     await page.getByTestId("fleet-route-e2e-chat").waitFor();
     await screenshot(page, "fleet-control-node-after-edits");
+
+    // --- A frozen control node: the fleet says so within one poll timeout ---
+    log("frozen control node");
+    const indicator = page.getByTestId("fleet-updated");
+    await eventually("the fleet to be live", 10_000, async () => (await indicator.getAttribute("data-state")) === "live");
+    control.signal("SIGSTOP");
+    const frozenAt = Date.now();
+    try {
+      // A poll every 2 s, each given 4 s: failed within 6 s of the freeze.
+      await eventually("the fleet to say the node is not answering", 9_000, async () => (await indicator.getAttribute("data-state")) === "failed");
+      log(`not answering shown ${Date.now() - frozenAt} ms after the freeze`);
+      assert.match(await indicator.innerText(), /Not answering · updated \d+ s ago/);
+      assert.equal(await page.getByTestId("fleet-data").getAttribute("class"), "dimmed");
+      await screenshot(page, "fleet-node-not-answering");
+    } finally {
+      control.signal("SIGCONT");
+    }
+    await eventually("the fleet to be live again", 15_000, async () => (await indicator.getAttribute("data-state")) === "live");
 
     // --- An admin edits but has no adaptive routing ------------------------------
     log("admin role");
@@ -557,6 +770,32 @@ ${ADMIN_TOKENS}`,
       /fresh/.test(await standalonePage.getByTestId("fleet-route-chat-precise").getByTestId("kv-cell").innerText()),
     );
     await screenshot(standalonePage, "fleet-standalone-live");
+
+    // A refused reload is on screen, with its reason, until the next one.
+    log("refused reload on the standalone node");
+    const goodConfig = readFileSync(standalone.configPath, "utf8");
+    writeFileSync(standalone.configPath, goodConfig.replace('provider = "gpu-plain"', 'provider = "gpu-missing"'));
+    let reload = await fetch(`${standalone.admin}/admin/reload`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKENS.superadmin}` },
+    });
+    assert.equal(reload.status, 422, await reload.text());
+    const refusedNotice = standalonePage.getByTestId("last-reload");
+    await eventually("the refused reload on the fleet screen", 10_000, async () => (await refusedNotice.getAttribute("data-applied")) === "false");
+    assert.match(await refusedNotice.innerText(), /refused its last reload[\s\S]*gpu-missing/);
+    await screenshot(standalonePage, "fleet-standalone-reload-refused");
+    await nav(standalonePage, "Cluster");
+    await standalonePage.getByTestId("node-reload").filter({ hasText: "refused" }).waitFor();
+    assert.match(await standalonePage.getByTestId("node-reload").innerText(), /gpu-missing/);
+    await screenshot(standalonePage, "cluster-standalone-reload-refused");
+    writeFileSync(standalone.configPath, goodConfig);
+    reload = await fetch(`${standalone.admin}/admin/reload`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKENS.superadmin}` },
+    });
+    assert.equal(reload.status, 200, await reload.text());
+    await standalonePage.getByTestId("node-reload").filter({ hasText: "applied" }).waitFor();
+    await nav(standalonePage, "Fleet");
     await nav(standalonePage, "Routing rules");
     const notice = standalonePage.getByTestId("read-only-notice");
     await notice.waitFor();
@@ -574,6 +813,39 @@ ${ADMIN_TOKENS}`,
     await standalonePage.goto(`${standalone.admin}/ui/providers/gpu-kv`);
     await standalonePage.getByTestId("live-sources").getByText("fresh", { exact: true }).waitFor();
     await screenshot(standalonePage, "provider-sheet-standalone-live-sources");
+
+    // --- Every screen at 1440 and 900 px -------------------------------------
+    log("every screen at 1440 and 900 px");
+    await signOut(page);
+    await signIn(page, base, TOKENS.superadmin);
+    const screens = [
+      ["fleet", "fleet"],
+      ["models", "model-catalog"],
+      [`models/e2e-weighted`, "model-sheet"],
+      ["routes", "routing-rules"],
+      ["routes/edit/e2e-weighted", "route-editor"],
+      ["providers", "providers"],
+      ["providers/gpu-kv", "provider-sheet"],
+      ["adaptive", "adaptive-routing"],
+      ["cluster", "cluster"],
+    ];
+    for (const width of [1440, 900]) {
+      await page.setViewportSize({ width, height: 900 });
+      for (const [path, name] of screens) {
+        await page.goto(`${base}/ui/${path}`);
+        await page.locator("main h1").first().waitFor();
+        await page.waitForLoadState("networkidle").catch(() => {});
+        await checkLayout(page, `${name} at ${width} px`);
+        await screenshot(page, `${width}-${name}`);
+      }
+    }
+    // At 900 px the menu folds away and opens on demand.
+    assert.equal(await page.locator("nav a").filter({ hasText: /^Fleet/ }).isVisible(), false);
+    await page.getByRole("button", { name: "Menu" }).click();
+    await page.locator("nav a").filter({ hasText: /^Fleet/ }).click();
+    await page.waitForURL(`${base}/ui/fleet`);
+    assert.equal(await page.locator("nav a").filter({ hasText: /^Fleet/ }).isVisible(), false, "the menu stayed open");
+    await page.setViewportSize({ width: 1440, height: 900 });
 
     assert.deepEqual(pageErrors, [], `errors in the page: ${pageErrors.join("; ")}`);
   } finally {

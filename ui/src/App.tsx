@@ -167,21 +167,43 @@ function Shell(props: { api: Api; session: Session; signOut: (why?: string) => v
   useEffect(() => {
     if (path === "/ui" || path === "/ui/") navigate(href.fleet(), true);
   }, [path]);
+  // On a narrow screen the menu folds away; it closes once a screen is chosen.
+  const [menuOpen, setMenuOpen] = useState(false);
+  const [menuPath, setMenuPath] = useState(path);
+  if (menuPath !== path) {
+    setMenuPath(path);
+    setMenuOpen(false);
+  }
 
   return (
     <AppContext.Provider value={context}>
       <div className="shell">
-        <nav className="nav" aria-label="Screens">
-          <div className="brand">rolter</div>
-          <div className="brand-sub">
-            {session.node_role} node{session.read_only ? " · read-only" : ""}
+        <nav className={`nav ${menuOpen ? "open" : ""}`} aria-label="Screens">
+          <div className="nav-top">
+            <div>
+              <div className="brand">rolter</div>
+              <div className="brand-sub">
+                {session.node_role} node{session.read_only ? " · read-only" : ""}
+              </div>
+            </div>
+            <button
+              type="button"
+              className="nav-toggle"
+              aria-expanded={menuOpen}
+              aria-controls="nav-links"
+              onClick={() => setMenuOpen((open) => !open)}
+            >
+              {menuOpen ? "Close" : "Menu"}
+            </button>
           </div>
-          {NAV.filter((item) => !item.superadmin || context.isSuperadmin).map((item) => (
-            <Link key={item.label} to={item.to()} className={item.screens.includes(view.screen) ? "active" : ""}>
-              {item.label}
-              {item.tag && <span className="nav-tag">{item.tag}</span>}
-            </Link>
-          ))}
+          <div className="nav-links" id="nav-links">
+            {NAV.filter((item) => !item.superadmin || context.isSuperadmin).map((item) => (
+              <Link key={item.label} to={item.to()} className={item.screens.includes(view.screen) ? "active" : ""}>
+                {item.label}
+                {item.tag && <span className="nav-tag">{item.tag}</span>}
+              </Link>
+            ))}
+          </div>
           <div className="nav-foot">
             Signed in as <strong data-testid="token-name">{session.token_name}</strong>
             <div data-testid="role">{session.role}</div>

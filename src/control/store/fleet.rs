@@ -1,6 +1,6 @@
 //! What the nodes report, which is not configuration (no version bump, no
 //! audit row): the newest adaptive-routing telemetry sample per (node,
-//! model), and the cluster inventory. Timestamps are the database's clock,
+//! model), each gateway's newest live state, and the cluster inventory. Timestamps are the database's clock,
 //! so every control node agrees on them.
 
 use chrono::{DateTime, Utc};
@@ -18,6 +18,19 @@ pub struct TelemetrySample {
     /// As the node pushed it.
     pub sample: serde_json::Value,
     pub reported_at: DateTime<Utc>,
+}
+
+/// A gateway's newest live state, as it pushed it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredGatewayState {
+    pub node_id: String,
+    /// Its `/admin/routes` answer.
+    pub state: serde_json::Value,
+    /// How often it pushes.
+    pub interval_ms: u64,
+    pub reported_at: DateTime<Utc>,
+    /// Milliseconds between `reported_at` and the database's clock now.
+    pub age_ms: u64,
 }
 
 /// What a node says about itself when it polls.
@@ -117,6 +130,71 @@ impl Store {
             .map_err(StoreError::database(
                 "pruning the adaptive-routing telemetry",
             ))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Keeps `state` as the newest of gateway `node_id`, stamped now.
+    pub async fn upsert_gateway_state(
+        &self,
+        node_id: &str,
+        state: &serde_json::Value,
+        interval_ms: u64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO gateway_state (node_id, state, interval_ms, reported_at) \
+             VALUES ($1, $2, $3, now()) \
+             ON CONFLICT (node_id) DO UPDATE SET state = EXCLUDED.state, \
+             interval_ms = EXCLUDED.interval_ms, reported_at = EXCLUDED.reported_at",
+        )
+        .bind(node_id)
+        .bind(state)
+        .bind(i64::try_from(interval_ms).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::database(format!(
+            "storing the live state of gateway `{node_id}`"
+        )))?;
+        Ok(())
+    }
+
+    /// Every gateway's newest state reported at or after `cutoff`, by node
+    /// id, with its age on the database's clock.
+    pub async fn gateway_states_since(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<Vec<StoredGatewayState>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT node_id, state, interval_ms, reported_at, \
+             GREATEST(0, (EXTRACT(EPOCH FROM (now() - reported_at)) * 1000))::BIGINT AS age_ms \
+             FROM gateway_state WHERE reported_at >= $1 ORDER BY node_id",
+        )
+        .bind(cutoff)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::database("reading the gateways' live state"))?;
+        rows.iter()
+            .map(|row| {
+                let table = "gateway_state";
+                let interval_ms: i64 = column(row, "interval_ms", table)?;
+                let age_ms: i64 = column(row, "age_ms", table)?;
+                Ok(StoredGatewayState {
+                    node_id: column(row, "node_id", table)?,
+                    state: column(row, "state", table)?,
+                    interval_ms: u64::try_from(interval_ms).unwrap_or(0),
+                    reported_at: column(row, "reported_at", table)?,
+                    age_ms: u64::try_from(age_ms).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes gateway states reported before `older_than`.
+    pub async fn prune_gateway_states(&self, older_than: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM gateway_state WHERE reported_at < $1")
+            .bind(older_than)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::database("pruning the gateways' live state"))?;
         Ok(done.rows_affected())
     }
 

@@ -65,7 +65,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-            vec![1, 2, 3],
+            vec![1, 2, 3, 4],
             "{applied:?}"
         );
         assert!(store.migrate().await.unwrap().is_empty());

@@ -1,6 +1,7 @@
 import type { MouseEvent, ReactNode } from "react";
-import { ApiError } from "../lib/api";
-import { useApp, type Loaded } from "../lib/hooks";
+import { ApiError, type Problem } from "../lib/api";
+import { useApp, type Liveness, type Loaded } from "../lib/hooks";
+import { formatDuration } from "../lib/format";
 import { navigate } from "../lib/router";
 
 /// An in-app link: client-side navigation, a real href for new tabs.
@@ -62,9 +63,14 @@ export function ErrorBox(props: { error: ApiError | Error | string | null; title
   const message = typeof error === "string" ? error : error.message;
   const problems = error instanceof ApiError ? error.problems : [];
   const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : "";
+  // A string is the dashboard's own check: nothing was sent.
+  const title = props.title ?? (typeof error === "string" ? "Not sent: checked in the browser" : "The node refused this");
   return (
-    <div className="notice error" role="alert" data-testid="error">
-      <strong>{props.title ?? "The node refused this"}{status}</strong>
+    <div className="notice error" role="alert" data-testid="error" data-source={typeof error === "string" ? "browser" : "node"}>
+      <strong>
+        {title}
+        {status}
+      </strong>
       <p className="error-message">{message}</p>
       {problems.length > 1 && (
         <ul>
@@ -183,5 +189,67 @@ export function LoadState<T>(props: { loaded: Loaded<T>; what: string; children:
       {loaded.loading && loaded.data === null && <Loading what={props.what} />}
       {loaded.data !== null && props.children(loaded.data)}
     </>
+  );
+}
+
+const LIVENESS_LABEL: Record<Liveness, string> = {
+  live: "Live",
+  stale: "Stale",
+  failed: "Not answering",
+  paused: "Paused",
+};
+
+/// Whether polled numbers are current: a green dot while the node answers,
+/// grey when the answer is late, red when the poll failed or timed out, with
+/// the age of what is on screen.
+export function LiveIndicator(props: {
+  loaded: Loaded<unknown>;
+  state: Liveness;
+  now: number;
+  testId?: string;
+  children?: ReactNode;
+}) {
+  const { loaded, state } = props;
+  return (
+    <span className="muted small" data-testid={props.testId} data-state={state} title={loaded.error?.message}>
+      <span className={`live-dot ${state}`} />
+      {LIVENESS_LABEL[state]}
+      {loaded.updatedAt !== null && ` · updated ${formatDuration(props.now - loaded.updatedAt)} ago`}
+      {props.children}
+    </span>
+  );
+}
+
+/// What a write answered: created or saved, the configuration version it
+/// made, and the node's warnings about the result.
+export interface SavedAnswer {
+  version?: number;
+  warnings?: Problem[];
+  created?: boolean;
+}
+
+export function SavedNotice(props: { saved: SavedAnswer | null }) {
+  const { saved } = props;
+  if (!saved) return null;
+  const warnings = saved.warnings ?? [];
+  return (
+    <div className={`notice ${warnings.length ? "warn" : "ok"}`} data-testid="saved" role="status">
+      <strong>
+        {saved.created ? "Created" : "Saved"}
+        {saved.version != null ? ` — configuration version ${saved.version}` : ""}.
+      </strong>
+      {warnings.length > 0 && (
+        <>
+          <p>The node accepted it with {warnings.length === 1 ? "a warning" : `${warnings.length} warnings`}:</p>
+          <ul data-testid="saved-warnings">
+            {warnings.map((w, i) => (
+              <li key={i}>
+                {w.field && <code>{w.field}</code>} {w.message}
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+    </div>
   );
 }

@@ -2,6 +2,23 @@
 // do not edit: change the Rust types, then regenerate.
 
 export interface paths {
+    "/admin/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description This node's traffic per route and target over the last 15 minutes, a point every 5 s (role viewer). */
+        get: operations["admin_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/kv-index": {
         parameters: {
             query?: never;
@@ -234,6 +251,40 @@ export interface paths {
             cookie?: never;
         };
         get: operations["cluster_nodes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/fleet/gateways": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each gateway's newest live state (its `/admin/routes`), with its age, on a control node; empty elsewhere. */
+        get: operations["fleet_gateways"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/fleet/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each gateway's recent traffic per route and target, a point per push it made to this control node; empty elsewhere. */
+        get: operations["fleet_history"];
         put?: never;
         post?: never;
         delete?: never;
@@ -904,6 +955,10 @@ export interface components {
              */
             unknown: number;
         };
+        /** @description `GET /api/v1/fleet/history`. */
+        FleetHistoryAnswer: {
+            gateways: components["schemas"]["GatewayHistory"][];
+        };
         /**
          * @description What `GET /internal/snapshot` answers when the version changed; the
          *     control node writes it, gateways read it.
@@ -937,6 +992,38 @@ export interface components {
              *     3600.
              */
             max_wait_secs?: number | null;
+        };
+        /** @description One gateway's recent traffic, a point per push. */
+        GatewayHistory: components["schemas"]["HistoryAnswer"] & {
+            node_id: string;
+        };
+        /** @description `GET /api/v1/fleet/gateways`. */
+        GatewaysAnswer: {
+            /**
+             * @description By node id; gateways silent for longer than the control node keeps
+             *     reports are left out.
+             */
+            gateways: components["schemas"]["GatewayView"][];
+        };
+        /** @description One gateway's newest report. */
+        GatewayView: {
+            /**
+             * Format: int64
+             * @description Milliseconds since it reported, on the database's clock.
+             */
+            age_ms: number;
+            /**
+             * Format: int64
+             * @description How often it pushes.
+             */
+            interval_ms: number;
+            node_id: string;
+            /** Format: date-time */
+            reported_at: string;
+            /** @description It missed a push: these numbers are `age_ms` old. */
+            stale: boolean;
+            /** @description Its `/admin/routes` answer. */
+            state: components["schemas"]["RoutesAnswer"];
         };
         /**
          * @description A provider group's balancer and members, as `/admin/routes` lists them.
@@ -986,6 +1073,15 @@ export interface components {
              *     1 to 100.
              */
             unhealthy_after?: number | null;
+        };
+        /** @description `GET /admin/history`, and one gateway's in `GET /api/v1/fleet/history`. */
+        HistoryAnswer: {
+            /**
+             * Format: int64
+             * @description Milliseconds between points.
+             */
+            interval_ms: number;
+            series: components["schemas"]["SeriesView"][];
         };
         /** @description One event type's counts. */
         KindCounts: {
@@ -1131,6 +1227,31 @@ export interface components {
             last_message_age_ms?: number | null;
             /** @description At least one rank answers: `precise_cache_aware` scores this provider. */
             usable: boolean;
+        };
+        /**
+         * @description What the node's last configuration change did: installed, or refused
+         *     with its reasons (the running configuration stayed). Shown on the
+         *     dashboard's Fleet and Cluster screens, and pushed to the control node
+         *     with the gateway's state.
+         */
+        LastReload: {
+            applied: boolean;
+            /**
+             * Format: int64
+             * @description When it happened, milliseconds since the Unix epoch.
+             */
+            at_unix_ms: number;
+            /** @description Why it was refused, one line per problem. */
+            errors: string[];
+            /** @description What was loaded: the file's path or the fleet version. */
+            source: string;
+            /**
+             * Format: int64
+             * @description The version served after it (the old one when refused).
+             */
+            version: number;
+            /** @description Of an applied configuration. */
+            warnings: string[];
         };
         /** @description A collection's rows: `{"data": [...], "file_managed": [...]}`. */
         Listing_AdminTokenView: {
@@ -1424,6 +1545,31 @@ export interface components {
              */
             max_secs?: number | null;
         };
+        /** @description One interval of one series. */
+        Point: {
+            /**
+             * Format: int64
+             * @description The end of the interval, milliseconds since the Unix epoch.
+             */
+            at_unix_ms: number;
+            /** Format: double */
+            errors_per_s: number;
+            /**
+             * Format: int64
+             * @description Requests in flight at the end of the interval.
+             */
+            in_flight: number;
+            /** Format: double */
+            requests_per_s: number;
+            /**
+             * Format: double
+             * @description Time to first byte of the interval's requests; `None` without any
+             *     (or without the histogram).
+             */
+            ttft_p50_ms?: number | null;
+            /** Format: double */
+            ttft_p95_ms?: number | null;
+        };
         /**
          * @description `GET`/`PUT /api/v1/adaptive-routing-policy`. On a control node: the
          *     stored policy (`data`, every field set), who set it and when, and after
@@ -1691,6 +1837,9 @@ export interface components {
             /** @description Routes kept for `<group>/<model>` and `<provider>/<model>` addresses. */
             addressed_routes: number;
             groups: components["schemas"]["GroupView"][];
+            last_reload?: null | components["schemas"]["LastReload"];
+            /** @description This node's `[control_plane] node_id` ("standalone" without one). */
+            node_id: string;
             routes: components["schemas"]["RouteView"][];
             /** Format: int64 */
             version: number;
@@ -2029,6 +2178,15 @@ export interface components {
              */
             max_waiting?: number | null;
         };
+        /** @description One route's traffic to one target over time. */
+        SeriesView: {
+            /** @description Oldest first. */
+            points: components["schemas"]["Point"][];
+            /** @description The route's public model. */
+            route: string;
+            /** @description The target's `provider/model`. */
+            target: string;
+        };
         /** @description `[server]`. */
         ServerTable: {
             /**
@@ -2294,7 +2452,17 @@ export interface components {
         };
         /** @description What a gateway pushes. */
         TelemetryPush: {
+            /**
+             * Format: int64
+             * @description Its `telemetry_interval`, to tell a late report from a fresh one.
+             */
+            interval_ms?: number | null;
             routes: components["schemas"]["RouteSample"][];
+            /**
+             * @description Its live state (`/admin/routes`); absent from older gateways, and
+             *     when it would not fit [`MAX_PUSH_BYTES`].
+             */
+            state?: Record<string, never> | null;
         };
         /** @description `[timeouts]`. */
         TimeoutsTable: {
@@ -2641,6 +2809,41 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    admin_history: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HistoryAnswer"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     kv_index: {
         parameters: {
             query?: never;
@@ -4108,6 +4311,84 @@ export interface operations {
             };
         };
     };
+    fleet_gateways: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewaysAnswer"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    fleet_history: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetHistoryAnswer"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     groups_list: {
         parameters: {
             query?: never;
@@ -5494,6 +5775,15 @@ export const FIELD_HELP = {
     "max_queued": "Requests one route may hold waiting; past it, 429. Default: 1000; 1 to 1000000.",
     "max_wait_secs": "The longest a request waits, in seconds; then 429. Requests with a negative priority wait at most a quarter of it. Default: 30; 1 to 3600."
   },
+  "GatewaysAnswer": {
+    "gateways": "By node id; gateways silent for longer than the control node keeps reports are left out."
+  },
+  "GatewayView": {
+    "age_ms": "Milliseconds since it reported, on the database's clock.",
+    "interval_ms": "How often it pushes.",
+    "stale": "It missed a push: these numbers are `age_ms` old.",
+    "state": "Its `/admin/routes` answer."
+  },
   "GroupView": {
     "token_sources": "Where its requests' routing token ids came from."
   },
@@ -5503,6 +5793,9 @@ export const FIELD_HELP = {
     "timeout_secs": "Time a probe may take before it counts as failed, in seconds. Default: 2; at least 1 and less than `interval_secs`.",
     "unhealthy_after": "Consecutive failed probes that mark a provider down. Default: 3; 1 to 100.",
     "healthy_after": "Consecutive successful probes that mark a down provider up again. Default: 2; 1 to 100."
+  },
+  "HistoryAnswer": {
+    "interval_ms": "Milliseconds between points."
   },
   "KindCounts": {
     "received": "Decoded or tagged with this type (including the malformed ones).",
@@ -5537,6 +5830,13 @@ export const FIELD_HELP = {
     "configured": "A subscriber feeds it on this node.",
     "usable": "At least one rank answers: `precise_cache_aware` scores this provider.",
     "last_message_age_ms": "Since the newest message over all ranks; `None` before the first."
+  },
+  "LastReload": {
+    "at_unix_ms": "When it happened, milliseconds since the Unix epoch.",
+    "source": "What was loaded: the file's path or the fleet version.",
+    "version": "The version served after it (the old one when refused).",
+    "warnings": "Of an applied configuration.",
+    "errors": "Why it was refused, one line per problem."
   },
   "Listing_AdminTokenView": {
     "file_managed": "Keys of the rows rolter.toml defines: read-only here."
@@ -5578,6 +5878,11 @@ export const FIELD_HELP = {
   "ParkingTable": {
     "base_secs": "How long a target is parked when it sent no `Retry-After`, in seconds. Default: 5; 1 to 3600.",
     "max_secs": "The longest a target is parked, whatever its `Retry-After` says, in seconds. Default: 300; at least `base_secs`, at most 86400."
+  },
+  "Point": {
+    "at_unix_ms": "The end of the interval, milliseconds since the Unix epoch.",
+    "in_flight": "Requests in flight at the end of the interval.",
+    "ttft_p50_ms": "Time to first byte of the interval's requests; `None` without any (or without the histogram)."
   },
   "PolicyAnswer": {
     "updated_by": "The admin token that set it; `null` for the migration's defaults.",
@@ -5638,6 +5943,7 @@ export const FIELD_HELP = {
     "max_retries": "Further attempts on other targets after the first fails before any byte reached the client. Default: 2; at most 10."
   },
   "RoutesAnswer": {
+    "node_id": "This node's `[control_plane] node_id` (\"standalone\" without one).",
     "addressed_routes": "Routes kept for `<group>/<model>` and `<provider>/<model>` addresses."
   },
   "RouteTable": {
@@ -5685,6 +5991,11 @@ export const FIELD_HELP = {
     "max_waiting": "An engine reporting this many waiting requests or more is saturated (read with `engine_metrics`). Default: 5; 1 to 1000000.",
     "max_kv_usage": "An engine reporting this share of its KV cache in use or more is saturated (read with `engine_metrics`). Default: 0.8; above 0, at most 1."
   },
+  "SeriesView": {
+    "route": "The route's public model.",
+    "target": "The target's `provider/model`.",
+    "points": "Oldest first."
+  },
   "ServerTable": {
     "listen": "Proxy listeners, each \"ip:port\". Default: `[\"0.0.0.0:8080\"]`.",
     "admin_listen": "Admin, metrics and control API listener, \"ip:port\". Default: \"127.0.0.1:9090\".",
@@ -5727,6 +6038,10 @@ export const FIELD_HELP = {
   },
   "TargetSample": {
     "last_pick_age_ms": "Milliseconds since this target was last picked."
+  },
+  "TelemetryPush": {
+    "state": "Its live state (`/admin/routes`); absent from older gateways, and when it would not fit [`MAX_PUSH_BYTES`].",
+    "interval_ms": "Its `telemetry_interval`, to tell a late report from a fresh one."
   },
   "TimeoutsTable": {
     "connect_ms": "Upstream TCP (and TLS) connect timeout, in milliseconds. Default: 2000; must be > 0.",

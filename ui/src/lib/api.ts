@@ -32,6 +32,9 @@ export type LiveRoutes = Schemas["RoutesAnswer"];
 export type LiveRoute = Schemas["RouteView"];
 export type LiveTarget = Schemas["TargetView"];
 export type KvIndexReading = Schemas["KvIndexView"];
+export type LastReload = Schemas["LastReload"];
+/// `GET /api/v1/fleet/gateways`: each gateway's pushed `/admin/routes`.
+export type Gateways = Schemas["GatewaysAnswer"];
 export type LmcacheReading = Schemas["LmcacheView"];
 
 /// `/admin/kv-index`.
@@ -96,6 +99,9 @@ export async function errorOf(response: Response): Promise<ApiError> {
 
 export type Fetch = typeof fetch;
 
+/// How long a call may take before the dashboard calls the node silent.
+export const REQUEST_TIMEOUT_MS = 4000;
+
 /// The APIs with one admin token.
 export class Api {
   private readonly token: string;
@@ -106,24 +112,37 @@ export class Api {
     this.fetcher = fetcher;
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    let response: Response;
+  /// One call; it fails with code `timeout` when the node has not
+  /// answered in full within `timeoutMs` (a frozen node must not look live).
+  async request<T>(method: string, path: string, body?: unknown, timeoutMs = REQUEST_TIMEOUT_MS): Promise<T> {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
     try {
-      response = await this.fetcher(path, {
-        method,
-        headers: {
-          authorization: `Bearer ${this.token}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        cache: "no-store",
-      });
-    } catch (e) {
-      throw new ApiError(0, `The node did not answer (${(e as Error).message}).`);
+      let response: Response;
+      try {
+        response = await this.fetcher(path, {
+          method,
+          headers: {
+            authorization: `Bearer ${this.token}`,
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+          },
+          body: body === undefined ? undefined : JSON.stringify(body),
+          cache: "no-store",
+          signal: abort.signal,
+        });
+        if (!response.ok) throw await errorOf(response);
+        if (response.status === 204) return undefined as T;
+        return (await response.json()) as T;
+      } catch (e) {
+        if (e instanceof ApiError) throw e;
+        if (abort.signal.aborted) {
+          throw new ApiError(0, `The node did not answer within ${timeoutMs / 1000} s.`, "timeout");
+        }
+        throw new ApiError(0, `The node did not answer (${(e as Error).message}).`);
+      }
+    } finally {
+      clearTimeout(timer);
     }
-    if (!response.ok) throw await errorOf(response);
-    if (response.status === 204) return undefined as T;
-    return (await response.json()) as T;
   }
 
   get<T>(path: string): Promise<T> {

@@ -30,10 +30,11 @@ export function formatAgo(iso: string | null | undefined, now: number = Date.now
   return `${formatDuration(ms)} ago`;
 }
 
-export function formatTime(iso: string | null | undefined): string {
-  if (!iso) return "—";
+/// A moment with its date, time and time zone (a fleet spans zones).
+export function formatTime(iso: string | number | null | undefined): string {
+  if (iso == null || iso === "") return "—";
   const at = new Date(iso);
-  if (Number.isNaN(at.getTime())) return iso;
+  if (Number.isNaN(at.getTime())) return String(iso);
   return at.toLocaleString(undefined, {
     year: "numeric",
     month: "short",
@@ -41,6 +42,7 @@ export function formatTime(iso: string | null | undefined): string {
     hour: "2-digit",
     minute: "2-digit",
     second: "2-digit",
+    timeZoneName: "short",
   });
 }
 

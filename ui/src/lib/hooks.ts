@@ -3,6 +3,7 @@
 import { createContext, useCallback, useContext, useEffect, useState } from "react";
 import type { Api, CatalogRow, GroupRow, Listing, ProviderRow, RouteRow, Session } from "./api";
 import { ApiError } from "./api";
+import { setLeaveQuestion } from "./router";
 
 export interface AppContextValue {
   api: Api;
@@ -33,8 +34,10 @@ export interface Loaded<T> {
 
 /// Loads `load()` when the screen opens and whenever `load` changes (pass
 /// a `useCallback`, whose dependencies the linter checks); with
-/// `intervalMs`, again every `intervalMs` while `live` (the last good data
-/// stays on screen when a poll fails).
+/// `intervalMs`, again `intervalMs` after each answer while `live` (one
+/// call at a time: a node that stops answering shows as such once the
+/// call times out, instead of each poll being dropped by the next). The
+/// last good data stays on screen when a poll fails.
 export function useLoad<T>(
   load: () => Promise<T>,
   options: { intervalMs?: number; live?: boolean } = {},
@@ -47,33 +50,48 @@ export function useLoad<T>(
     updatedAt: null,
   });
   const [tick, setTick] = useState(0);
+  const live = options.live ?? true;
+  const { intervalMs } = options;
 
   useEffect(() => {
     let cancelled = false;
-    load()
-      .then((data) => {
-        if (!cancelled) setState({ data, error: null, loading: false, updatedAt: Date.now() });
-      })
-      .catch((e: unknown) => {
-        if (cancelled) return;
-        const error = e instanceof ApiError ? e : new ApiError(0, String(e));
-        if (error.status === 401) signOut(error.message);
-        setState((s) => ({ ...s, error, loading: false }));
-      });
+    let timer: number | undefined;
+    const run = () => {
+      load()
+        .then((data) => {
+          if (!cancelled) setState({ data, error: null, loading: false, updatedAt: Date.now() });
+        })
+        .catch((e: unknown) => {
+          if (cancelled) return;
+          const error = e instanceof ApiError ? e : new ApiError(0, String(e));
+          if (error.status === 401) signOut(error.message);
+          setState((s) => ({ ...s, error, loading: false }));
+        })
+        .finally(() => {
+          if (!cancelled && intervalMs && live) timer = window.setTimeout(run, intervalMs);
+        });
+    };
+    run();
     return () => {
       cancelled = true;
+      window.clearTimeout(timer);
     };
-  }, [load, tick, signOut]);
-
-  const live = options.live ?? true;
-  useEffect(() => {
-    if (!options.intervalMs || !live) return;
-    const timer = window.setInterval(() => setTick((t) => t + 1), options.intervalMs);
-    return () => window.clearInterval(timer);
-  }, [options.intervalMs, live]);
+  }, [load, tick, signOut, intervalMs, live]);
 
   const reload = useCallback(() => setTick((t) => t + 1), []);
   return { ...state, reload };
+}
+
+/// How fresh polled data is: `live` (the last poll answered, recently),
+/// `stale` (no answer for longer than a poll and a second: the numbers are
+/// old), `failed` (the last poll failed or timed out), or `paused`.
+export type Liveness = "live" | "stale" | "failed" | "paused";
+
+export function liveness(loaded: { error: ApiError | null; updatedAt: number | null }, intervalMs: number, live: boolean, now: number): Liveness {
+  if (!live) return "paused";
+  if (loaded.error) return "failed";
+  if (loaded.updatedAt !== null && now - loaded.updatedAt > intervalMs + 1000) return "stale";
+  return "live";
 }
 
 /// `useLoad` of one admin endpoint.
@@ -115,4 +133,23 @@ export function useNow(ms = 1000): number {
     return () => window.clearInterval(timer);
   }, [ms]);
   return now;
+}
+
+/// While `dirty`, leaving the screen asks first: in-app links and the back
+/// button through the router, closing or reloading the tab through the
+/// browser's own prompt.
+export function useLeaveGuard(dirty: boolean, question = "Leave without saving? Your changes are not saved."): void {
+  useEffect(() => {
+    if (!dirty) return;
+    setLeaveQuestion(question);
+    const onUnload = (e: BeforeUnloadEvent) => {
+      e.preventDefault();
+      e.returnValue = question;
+    };
+    window.addEventListener("beforeunload", onUnload);
+    return () => {
+      setLeaveQuestion(null);
+      window.removeEventListener("beforeunload", onUnload);
+    };
+  }, [dirty, question]);
 }

@@ -76,24 +76,49 @@ export const href = {
 
 const listeners = new Set<() => void>();
 
-export function navigate(to: string, replace = false): void {
+/// What to ask before leaving the screen (an editor with unsaved changes),
+/// or `null` when leaving loses nothing. One at a time: one screen is open.
+let leaveQuestion: string | null = null;
+
+export function setLeaveQuestion(question: string | null): void {
+  leaveQuestion = question;
+}
+
+/// Whether the screen may be left: nothing unsaved, or the operator said so.
+export function mayLeave(): boolean {
+  return leaveQuestion === null || window.confirm(leaveQuestion);
+}
+
+/// Moves to `to`; asks first when the screen has unsaved changes, unless
+/// `force` (the screen itself moves on after saving or deleting).
+export function navigate(to: string, replace = false, force = false): void {
+  if (!force && to !== window.location.pathname && !mayLeave()) return;
+  if (force) leaveQuestion = null;
   if (replace) window.history.replaceState(null, "", to);
   else window.history.pushState(null, "", to);
   window.scrollTo(0, 0);
   listeners.forEach((l) => l());
 }
 
-/// The current location path, following navigation and back/forward.
+/// The current location path, following navigation and back/forward (the
+/// browser's back button asks too, and stays when told to).
 export function useLocationPath(): string {
   const [path, setPath] = useState(window.location.pathname);
   useEffect(() => {
+    const onPop = () => {
+      if (window.location.pathname !== path && !mayLeave()) {
+        window.history.pushState(null, "", path);
+        return;
+      }
+      setPath(window.location.pathname);
+    };
     const update = () => setPath(window.location.pathname);
     listeners.add(update);
-    window.addEventListener("popstate", update);
+    window.addEventListener("popstate", onPop);
     return () => {
       listeners.delete(update);
-      window.removeEventListener("popstate", update);
+      window.removeEventListener("popstate", onPop);
     };
-  }, []);
+  }, [path]);
   return path;
 }

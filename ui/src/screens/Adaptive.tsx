@@ -8,7 +8,9 @@ import { fieldText, parseField } from "../lib/edit";
 import { useApp, useConfig, useGet, useNow } from "../lib/hooks";
 import { formatAgo, formatDuration, formatMs, formatNumber, formatPrice, formatScore, formatTime } from "../lib/format";
 import { href } from "../lib/router";
-import { Badge, Empty, ErrorBox, Help, Link, Loading, LoadState, PageHead, Panel, Table } from "../components/common";
+import { Badge, Empty, ErrorBox, FileManagedBadge, Help, Link, Loading, LoadState, PageHead, Panel, Table } from "../components/common";
+import { OFFERED } from "../lib/picker";
+import { DEFAULT_STRATEGY } from "../lib/strategies";
 
 const POLICY = FIELD_HELP.AdaptiveRoutingTable;
 const NUMBERS: { key: keyof Policy; label: string; kind: "float" | "int"; help: string }[] = [
@@ -138,8 +140,13 @@ function PolicyForm(props: {
             <div>
               <label className="check">
                 <input id="policy-enabled" type="checkbox" checked={enabled} onChange={(e) => setEnabled(e.target.checked)} />
-                Adaptive routing {enabled ? "on" : "off"}
+                Adaptive routing enabled
               </label>
+              <div className="small muted" data-testid="kill-switch-state">
+                {enabled
+                  ? "On: engaged routes blend latency, cost and load."
+                  : "Off: every adaptive route routes like pipeline."}
+              </div>
               <Help text={POLICY.enabled} />
             </div>
             {NUMBERS.map(({ key, label, help }) => (
@@ -196,25 +203,122 @@ function PolicyForm(props: {
           </div>
         )}
       </form>
-      <Panel title="Routes the policy reaches" aside="routes and provider groups on adaptive" testId="affected-routes">
-        {routes.length === 0 && groups.length === 0 ? (
-          <Empty>No route or provider group uses the adaptive strategy: the policy changes nothing yet.</Empty>
-        ) : (
-          <ul>
-            {routes.map((r) => (
-              <li key={r}>
-                <Link to={href.model(r)}>{r}</Link>
-              </li>
-            ))}
-            {groups.map((g) => (
-              <li key={g}>
-                <Link to={href.editGroup(g)}>{g}/&lt;model&gt;</Link> <span className="muted small">provider group</span>
-              </li>
-            ))}
-          </ul>
-        )}
-      </Panel>
+      <Assignment routes={routes} groups={groups} />
     </>
+  );
+}
+
+/// The routes and groups on adaptive, and moving a route onto it or off it
+/// (the route editors' pickers leave adaptive out, per the specification:
+/// this screen, superadmin only, is where a route joins it).
+function Assignment(props: { routes: string[]; groups: string[] }) {
+  const { api, canEdit } = useApp();
+  const config = useConfig();
+  const [choice, setChoice] = useState("");
+  const [offTo, setOffTo] = useState<Record<string, string>>({});
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const [done, setDone] = useState<string | null>(null);
+  const rows = config.data?.routes.data ?? [];
+  const fileManaged = config.data?.routes.file_managed ?? [];
+  // The saved list, or the configuration as it is now once a move is made.
+  const onAdaptive = done === null ? props.routes : rows.filter((r) => r.strategy === "adaptive").map((r) => r.model ?? "");
+  const candidates = rows.filter((r) => r.strategy !== "adaptive" && !fileManaged.includes(r.model ?? ""));
+
+  const move = async (model: string, strategy: string | null) => {
+    const row = rows.find((r) => r.model === model);
+    if (!row) return;
+    setBusy(true);
+    setError(null);
+    const next = { ...row };
+    if (strategy === null) delete next.strategy;
+    else next.strategy = strategy;
+    try {
+      const answer = await api.replace("routes", model, next);
+      setDone(
+        `${model} ${strategy === "adaptive" ? "is on adaptive" : `moved to ${strategy ?? "the default strategy"}`}${
+          (answer as { version?: number }).version != null ? ` — configuration version ${(answer as { version?: number }).version}` : ""
+        }.`,
+      );
+      setChoice("");
+      config.reload();
+    } catch (e) {
+      setError(e as ApiError);
+    }
+    setBusy(false);
+  };
+
+  return (
+    <Panel title="Routes on adaptive" aside="the routes and provider groups this policy governs" testId="affected-routes">
+      {error && <ErrorBox error={error} title="The move was refused" />}
+      {done && (
+        <div className="notice ok" data-testid="assignment-saved" role="status">
+          <strong>{done}</strong>
+        </div>
+      )}
+      {onAdaptive.length === 0 && props.groups.length === 0 ? (
+        <Empty>No route or provider group uses the adaptive strategy: the policy changes nothing yet.</Empty>
+      ) : (
+        <Table columns={[{ label: "Route or group" }, canEdit && { label: "Move off adaptive" }]}>
+          {onAdaptive.map((r) => (
+            <tr key={r} data-testid={`adaptive-route-${r}`}>
+              <td>
+                <Link to={href.model(r)}>{r}</Link> {fileManaged.includes(r) && <FileManagedBadge />}
+              </td>
+              {canEdit && (
+                <td>
+                  {fileManaged.includes(r) ? (
+                    <span className="faint small">set in rolter.toml</span>
+                  ) : (
+                    <span className="inline-form">
+                      <select
+                        aria-label={`Strategy for ${r}`}
+                        value={offTo[r] ?? ""}
+                        onChange={(e) => setOffTo((o) => ({ ...o, [r]: e.target.value }))}
+                      >
+                        <option value="">{DEFAULT_STRATEGY} (default)</option>
+                        {OFFERED.filter((k) => k !== DEFAULT_STRATEGY).map((k) => (
+                          <option key={k} value={k}>
+                            {k}
+                          </option>
+                        ))}
+                      </select>
+                      <button type="button" disabled={busy} onClick={() => move(r, offTo[r] || null)}>
+                        Move off
+                      </button>
+                    </span>
+                  )}
+                </td>
+              )}
+            </tr>
+          ))}
+          {props.groups.map((g) => (
+            <tr key={g}>
+              <td>
+                <Link to={href.editGroup(g)}>{g}/&lt;model&gt;</Link> <span className="muted small">provider group</span>
+              </td>
+              {canEdit && <td className="faint small">groups keep the strategy their row sets</td>}
+            </tr>
+          ))}
+        </Table>
+      )}
+      {canEdit && (
+        <div className="inline-form" style={{ marginTop: 12 }}>
+          <label htmlFor="adaptive-add">Put a route on adaptive</label>
+          <select id="adaptive-add" value={choice} onChange={(e) => setChoice(e.target.value)}>
+            <option value="">choose a route</option>
+            {candidates.map((r) => (
+              <option key={r.model} value={r.model ?? ""}>
+                {r.model} ({r.strategy ?? DEFAULT_STRATEGY})
+              </option>
+            ))}
+          </select>
+          <button type="button" className="primary" disabled={busy || !choice} onClick={() => move(choice, "adaptive")}>
+            Put on adaptive
+          </button>
+        </div>
+      )}
+    </Panel>
   );
 }
 
@@ -319,13 +423,13 @@ function NodeEntry(props: { node: TelemetryNode; stored: Policy | null; now: num
       <Table
         columns={[
           { label: "Target" },
-          { label: "Score", num: true },
-          { label: "Latency", num: true },
-          { label: "Cost", num: true },
-          { label: "Load", num: true },
-          { label: "Latency EWMA", num: true },
-          { label: "Price", num: true },
-          { label: "In flight", num: true },
+          { label: <span title="The weighted blend of the three ratios below; the highest is picked">Score (0–1, higher wins)</span>, num: true },
+          { label: <span title="Best latency / this target's: 1 is the fastest">Latency ratio (1 = best)</span>, num: true },
+          { label: <span title="Best price / this target's: 1 is the cheapest">Cost ratio (1 = best)</span>, num: true },
+          { label: <span title="(Least in flight + 1) / (this target's + 1): 1 is the least loaded">Load ratio (1 = best)</span>, num: true },
+          { label: "Latency EWMA (ms, lower is better)", num: true },
+          { label: "Price (per Mtok in + out)", num: true },
+          { label: "In flight (requests)", num: true },
           { label: "Picks", num: true },
           { label: "Last pick", num: true },
         ]}

@@ -1,6 +1,7 @@
 import { useCallback } from "react";
-import type { AuditRecord, Cluster } from "../lib/api";
+import type { AuditRecord, Cluster, Gateways, LastReload, LiveRoutes } from "../lib/api";
 import { useApp, useGet, useLoad, useNow } from "../lib/hooks";
+import { fieldChanges, shownValue } from "../lib/diff";
 import { formatAgo, formatTime } from "../lib/format";
 import { Badge, Empty, ErrorBox, LoadState, PageHead, Panel, Table } from "../components/common";
 
@@ -21,8 +22,21 @@ export function ClusterScreen() {
       [api, session.node_role],
     ),
   );
+  const own = useGet<LiveRoutes>("/admin/routes", { intervalMs: CLUSTER_POLL_MS });
+  const gateways = useLoad(
+    useCallback(
+      () => (session.node_role === "control" ? api.get<Gateways>("/api/v1/fleet/gateways") : Promise.resolve(null)),
+      [api, session.node_role],
+    ),
+    { intervalMs: CLUSTER_POLL_MS },
+  );
   const now = useNow();
   const current = cluster.data?.config_version;
+  // Each node's last reload: this node's own, the gateways' as they pushed it.
+  const reloadOf = (nodeId: string): LastReload | null | undefined => {
+    if (own.data && own.data.node_id === nodeId) return own.data.last_reload ?? null;
+    return gateways.data?.gateways.find((g) => g.node_id === nodeId)?.state.last_reload;
+  };
   return (
     <>
       <PageHead title="Cluster">
@@ -46,6 +60,7 @@ export function ClusterScreen() {
                   { label: "Config version", num: true },
                   { label: "Address" },
                   { label: "Software" },
+                  { label: "Last reload" },
                   { label: "First seen" },
                   { label: "Last seen" },
                 ]}
@@ -53,7 +68,10 @@ export function ClusterScreen() {
                 {answer.nodes.map((node) => {
                   const lastSeen = node.last_seen ? Date.parse(node.last_seen) : null;
                   const silent = lastSeen !== null && now - lastSeen > SILENT_AFTER_MS;
-                  const behind = current != null && node.config_version != null && node.config_version < current;
+                  // A gateway's poll names the version it had; its push, the one it runs.
+                  const pushed = gateways.data?.gateways.find((g) => g.node_id === node.node_id)?.state.version;
+                  const version = Math.max(node.config_version ?? 0, pushed ?? 0) || null;
+                  const behind = current != null && version != null && version < current;
                   return (
                     <tr key={node.node_id} data-testid="cluster-node">
                       <td className="mono">{node.node_id}</td>
@@ -61,15 +79,25 @@ export function ClusterScreen() {
                         <Badge tone={node.role === "control" ? "accent" : undefined}>{node.role}</Badge>
                       </td>
                       <td className="num">
-                        {node.config_version ?? "—"}{" "}
-                        {node.config_version != null &&
+                        {version ?? "—"}{" "}
+                        {version != null &&
                           (behind ? <Badge tone="warn">behind</Badge> : <Badge tone="ok">current</Badge>)}
                       </td>
                       <td className="mono small">{node.address ?? "—"}</td>
                       <td className="small">{node.software_version ?? "—"}</td>
-                      <td className="small">{formatTime(node.first_seen)}</td>
-                      <td className="small nowrap">
-                        {node.last_seen ? formatAgo(node.last_seen, now) : "now"}{" "}
+                      <td className="small" data-testid="node-reload">
+                        <ReloadCell reload={reloadOf(node.node_id)} />
+                      </td>
+                      <td className="small">{node.first_seen ? formatTime(node.first_seen) : "—"}</td>
+                      <td className="small">
+                        {node.last_seen ? (
+                          <>
+                            {formatAgo(node.last_seen, now)}
+                            <div className="faint">{formatTime(node.last_seen)}</div>
+                          </>
+                        ) : (
+                          "now (this node)"
+                        )}{" "}
                         {silent && <Badge tone="bad">silent</Badge>}
                       </td>
                     </tr>
@@ -103,10 +131,7 @@ export function ClusterScreen() {
                   <td className="mono small">{record.subject}</td>
                   <td className="num">{record.version ?? "—"}</td>
                   <td>
-                    <details>
-                      <summary>before / after</summary>
-                      <pre className="json">{JSON.stringify(record.details, null, 2)}</pre>
-                    </details>
+                    <AuditDiff details={record.details} />
                   </td>
                 </tr>
               ))}
@@ -115,5 +140,51 @@ export function ClusterScreen() {
         </Panel>
       )}
     </>
+  );
+}
+
+function ReloadCell(props: { reload: LastReload | null | undefined }) {
+  const { reload } = props;
+  if (reload === undefined) return <span className="faint">not reported</span>;
+  if (reload === null) return <span className="faint">none since start</span>;
+  if (reload.applied) {
+    return (
+      <>
+        <Badge tone="ok">applied</Badge> version {reload.version}
+        <div className="faint">{formatTime(reload.at_unix_ms)}</div>
+      </>
+    );
+  }
+  return (
+    <>
+      <Badge tone="bad">refused</Badge> {formatTime(reload.at_unix_ms)}
+      <ul className="tight">
+        {reload.errors.map((e, i) => (
+          <li key={i} className="error-message">
+            {e}
+          </li>
+        ))}
+      </ul>
+    </>
+  );
+}
+
+/// An audit record's change as a field-by-field diff.
+function AuditDiff(props: { details: unknown }) {
+  const details = (props.details ?? {}) as { before?: unknown; after?: unknown };
+  const changes = fieldChanges(details.before, details.after);
+  if (changes.length === 0) return <span className="faint">no field changed</span>;
+  return (
+    <table className="diff" data-testid="audit-diff">
+      <tbody>
+        {changes.map((c) => (
+          <tr key={c.field}>
+            <td className="mono small">{c.field}</td>
+            <td className="mono small removed">{shownValue(c.before)}</td>
+            <td className="mono small added">{shownValue(c.after)}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
   );
 }

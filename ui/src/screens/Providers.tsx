@@ -14,7 +14,7 @@ import {
 } from "../lib/api";
 import { FIELD_HELP } from "../lib/api.gen";
 import { applyEdits, fieldText, type FieldEdit, type FieldKind } from "../lib/edit";
-import { useApp, useConfig, useGet } from "../lib/hooks";
+import { useApp, useConfig, useGet, useLeaveGuard } from "../lib/hooks";
 import { formatDuration, formatNumber, formatPercent } from "../lib/format";
 import { usersOf } from "../lib/routing";
 import { href, navigate } from "../lib/router";
@@ -30,7 +30,9 @@ import {
   PageHead,
   Panel,
   ReadOnlyNotice,
+  SavedNotice,
   Table,
+  type SavedAnswer,
 } from "../components/common";
 
 export function Providers() {
@@ -143,6 +145,27 @@ function textsOf<T extends object>(row: T | null | undefined, keys: readonly { k
   return texts;
 }
 
+/// The node's problems with this provider's fields, by the form's field
+/// key (`base_url`, `kv_events.endpoint`), to show beside each field.
+export function fieldProblems(error: unknown): Record<string, string> {
+  const found: Record<string, string> = {};
+  if (!(error instanceof ApiError)) return found;
+  for (const problem of error.problems) {
+    const field = problem.field?.match(/^providers\[[^\]]*\]\.(.+)$/)?.[1] ?? problem.field;
+    if (field) found[field] = problem.message;
+  }
+  return found;
+}
+
+/// The answer of the last write, for the sheet the reload rebuilds.
+let flash: { slug: string; answer: SavedAnswer } | null = null;
+
+function takeFlash(slug: string | null): SavedAnswer | null {
+  const held = flash;
+  flash = null;
+  return held && held.slug === slug ? held.answer : null;
+}
+
 export function ProviderSheet(props: { slug: string | null }) {
   const config = useConfig();
   const data = config.data;
@@ -190,13 +213,19 @@ function ProviderForm(props: {
   const [em, setEm] = useState<Texts>(() => textsOf(original?.engine_metrics, METRICS_FIELDS));
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [error, setError] = useState<ApiError | string | null>(null);
-  const [saved, setSaved] = useState<{ version?: number; warnings?: { field: string | null; message: string }[] } | null>(null);
+  const [answer, setAnswer] = useState<SavedAnswer | null>(() => takeFlash(original?.slug ?? null));
   const [busy, setBusy] = useState(false);
+  const formText = JSON.stringify([general, tlsVerify, kvOn, kv, lmOn, lm, lmFormat, emOn, em]);
+  const [savedText, setSavedText] = useState(formText);
+  const dirty = !readOnly && formText !== savedText;
+  useLeaveGuard(dirty && !busy);
+  // "Saved" is about the form as saved: the next edit clears it.
+  const saved = busy || error || dirty ? null : answer;
 
   const save = async (e: FormEvent) => {
     e.preventDefault();
     setError(null);
-    setSaved(null);
+    setAnswer(null);
     const edits: FieldEdit[] = GENERAL.map(({ key, kind }) => ({ key, kind, text: general[key] }));
     edits.push({ key: "tls_verify", kind: "bool", text: tlsVerify });
     const { row, errors: found } = applyEdits<ProviderRow>(original ?? {}, edits);
@@ -233,16 +262,24 @@ function ProviderForm(props: {
     if (Object.keys(all).length) return setError("Some fields need a fix: see below.");
     setBusy(true);
     try {
-      const answer = creating ? await api.create("providers", row) : await api.replace("providers", original?.slug ?? "", row);
+      const written = (creating
+        ? await api.create("providers", row)
+        : await api.replace("providers", original?.slug ?? "", row)) as SavedAnswer & { data: ProviderRow };
       setBusy(false);
+      setSavedText(formText);
+      const slug = written.data.slug ?? "";
+      // The sheet is rebuilt from the reloaded configuration: the answer
+      // waits for it there.
+      flash = { slug, answer: { ...written, created: creating } };
       if (creating) {
-        navigate(href.provider((answer.data as ProviderRow).slug ?? ""), true);
+        navigate(href.provider(slug), true, true);
       } else {
-        setSaved(answer as typeof saved);
+        setAnswer(flash.answer);
       }
       props.onSaved();
     } catch (err) {
       setError(err as ApiError);
+      setErrors(fieldProblems(err));
       setBusy(false);
     }
   };
@@ -252,7 +289,7 @@ function ProviderForm(props: {
     setBusy(true);
     try {
       await api.remove("providers", original.slug);
-      navigate(href.providers());
+      navigate(href.providers(), false, true);
     } catch (err) {
       setError(err as ApiError);
       setBusy(false);
@@ -392,19 +429,11 @@ function ProviderForm(props: {
           </Panel>
         </fieldset>
         <ErrorBox error={error} />
-        {saved && (
-          <div className="notice ok" data-testid="saved">
-            <strong>Saved{saved.version != null ? ` — configuration version ${saved.version}` : ""}.</strong>
-            {saved.warnings && saved.warnings.length > 0 && (
-              <ul>
-                {saved.warnings.map((w, i) => (
-                  <li key={i}>
-                    {w.field && <code>{w.field}</code>} {w.message}
-                  </li>
-                ))}
-              </ul>
-            )}
-          </div>
+        <SavedNotice saved={saved} />
+        {dirty && (
+          <p className="muted small" data-testid="unsaved">
+            Unsaved changes.
+          </p>
         )}
         {!readOnly && (
           <div className="form-actions">

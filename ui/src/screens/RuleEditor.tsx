@@ -3,14 +3,24 @@
 // strategy picker follows lib/picker.ts.
 
 import { useState, type FormEvent } from "react";
-import { ApiError, type GroupRow, type Problem, type ProviderRow, type RouteRow } from "../lib/api";
+import { ApiError, type GroupRow, type ProviderRow, type RouteRow } from "../lib/api";
 import { applyEdits, draftOf, entriesOf, fieldText, newDraft, type EntryDraft } from "../lib/edit";
-import { useApp, useConfig } from "../lib/hooks";
+import { useApp, useConfig, useLeaveGuard } from "../lib/hooks";
 import { formatPercent } from "../lib/format";
 import { effectiveStrategy, pickerValue, strategyToSave } from "../lib/picker";
 import { trafficShares, usesWeights } from "../lib/strategies";
 import { href, navigate } from "../lib/router";
-import { ErrorBox, FileManagedBadge, Link, Loading, PageHead, ReadOnlyNotice, Table } from "../components/common";
+import {
+  ErrorBox,
+  FileManagedBadge,
+  Link,
+  Loading,
+  PageHead,
+  ReadOnlyNotice,
+  SavedNotice,
+  Table,
+  type SavedAnswer,
+} from "../components/common";
 import { StrategyPicker } from "../components/StrategyPicker";
 import { FIELD_HELP } from "../lib/api.gen";
 
@@ -28,10 +38,7 @@ const GUARD_DEFAULTS: Record<string, { min_load: string; load_ratio: string }> =
 
 type Kind = "route" | "group";
 
-interface Saved {
-  version?: number;
-  warnings?: Problem[];
-}
+type Saved = SavedAnswer;
 
 export function RouteEditor(props: { model: string | null }) {
   return <RuleEditor kind="route" ruleKey={props.model} />;
@@ -80,8 +87,8 @@ function RuleEditor(props: { kind: Kind; ruleKey: string | null }) {
       saved={saved}
       onSaved={(answer, movedTo) => {
         if (movedTo) {
-          flash = answer;
-          navigate(movedTo, true);
+          flash = { ...answer, created: true };
+          navigate(movedTo, true, true);
         } else {
           setSaved(answer);
           config.reload();
@@ -125,7 +132,23 @@ function EditorForm(props: {
   );
   const [error, setError] = useState<ApiError | string | null>(null);
   const [busy, setBusy] = useState(false);
-  const saved = busy || error ? null : props.saved;
+  // What the form holds, to tell an edit since the last save.
+  const formText = JSON.stringify([
+    model,
+    name,
+    slug,
+    tokenizer,
+    budget,
+    guardMin,
+    guardRatio,
+    strategy,
+    drafts.map((d) => [d.provider, d.model, d.weight]),
+  ]);
+  const [savedText, setSavedText] = useState(formText);
+  const dirty = !readOnly && formText !== savedText;
+  useLeaveGuard(dirty && !busy);
+  // "Saved" is about the form as saved: the next edit clears it.
+  const saved = busy || error || dirty ? null : props.saved;
 
   const effective = effectiveStrategy(strategy);
   const guardDefault = GUARD_DEFAULTS[effective];
@@ -178,6 +201,7 @@ function EditorForm(props: {
         ? await api.create(collection, row)
         : await api.replace(collection, ruleKey, row)) as Saved & { data: RouteRow & GroupRow };
       setBusy(false);
+      setSavedText(formText);
       const key = (kind === "route" ? answer.data.model : answer.data.slug) ?? "";
       props.onSaved(answer, creating ? (kind === "route" ? href.editRoute(key) : href.editGroup(key)) : null);
     } catch (err) {
@@ -191,7 +215,7 @@ function EditorForm(props: {
     setBusy(true);
     try {
       await api.remove(kind === "route" ? "routes" : "provider-groups", ruleKey);
-      navigate(href.routes());
+      navigate(href.routes(), false, true);
     } catch (err) {
       setError(err as ApiError);
       setBusy(false);
@@ -388,19 +412,11 @@ function EditorForm(props: {
         </fieldset>
         <div style={{ marginTop: 16 }}>
           <ErrorBox error={error} />
-          {saved && (
-            <div className="notice ok" data-testid="saved">
-              <strong>Saved{saved.version != null ? ` — configuration version ${saved.version}` : ""}.</strong>
-              {saved.warnings && saved.warnings.length > 0 && (
-                <ul>
-                  {saved.warnings.map((w, i) => (
-                    <li key={i}>
-                      {w.field && <code>{w.field}</code>} {w.message}
-                    </li>
-                  ))}
-                </ul>
-              )}
-            </div>
+          <SavedNotice saved={saved} />
+          {dirty && (
+            <p className="muted small" data-testid="unsaved">
+              Unsaved changes.
+            </p>
           )}
         </div>
         {!readOnly && (
