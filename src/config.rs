@@ -38,6 +38,7 @@ mod error;
 pub mod file;
 mod fleet;
 mod locate;
+pub mod row_names;
 mod secret;
 mod slug;
 mod validate;

@@ -218,6 +218,12 @@ async fn the_control_api_validates_like_rolter_check_and_audits_writes() {
         body.to_string().contains("unknown provider \\\"nope\\\""),
         "{body}"
     );
+    // The problem names the row by its model, not by its place in the
+    // document rolter.toml's rows and the database's make together.
+    assert_eq!(
+        body["error"]["errors"][0]["field"], "routes[\"x\"].targets[0].provider",
+        "{body}"
+    );
     // Rows from rolter.toml are read-only.
     let (status, body) = api(
         &control,

@@ -245,6 +245,7 @@ impl ControlNode {
             let document = fleet_document(&file, &validated_file, candidate);
             let merged = config::merge_fleet_document(&file, &document);
             config::parse_document("the configuration with this change", &merged, &env)
+                .map_err(|errors| config::row_names::name_rows(errors, &merged))
         }
     }
 

@@ -502,6 +502,24 @@ ${ADMIN_TOKENS}`,
     assert.equal(await shownOption(page, "#rule-strategy").then((t) => t.startsWith("adaptive")), true);
     await screenshot(page, "route-editor-held-adaptive");
 
+    // A refusal names the row by its key and sits on the line it is about;
+    // the browser's own check says it is the browser's.
+    log("errors on their field");
+    await page.getByLabel("Weight of line 1").fill("0");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page.getByTestId("entry-problem").waitFor();
+    assert.match(await page.getByTestId("entry-problem").innerText(), /^Line 1: weight: /);
+    const refusedBox = await page.getByTestId("error").innerText();
+    assert.match(refusedBox, /The node refused this \(HTTP 422\)/);
+    assert.match(refusedBox, /routes\["api-adaptive"\]\.targets\[0\]\.weight/);
+    await screenshot(page, "route-editor-refusal-on-its-line");
+    await page.getByLabel("Weight of line 1").fill("many");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page.getByTestId("error").filter({ hasText: "Not sent: checked in the browser" }).waitFor();
+    assert.equal(await page.getByTestId("error").getAttribute("data-source"), "browser");
+    await page.getByLabel("Weight of line 1").fill("4");
+    await page.getByTestId("unsaved").waitFor({ state: "detached" });
+
     // The file's route: shown as held, read-only, nothing to save.
     await page.goto(`${base}/ui/routes/edit/file-adaptive`);
     await page.getByTestId("file-managed-notice").waitFor();
@@ -579,6 +597,20 @@ ${ADMIN_TOKENS}`,
     });
     await screenshot(page, "fleet-one-gateway");
     await page.getByLabel("Showing").selectOption("all");
+    // The model sheet and the provider sheet of a control node show the
+    // gateways' figures too.
+    await page.goto(`${base}/ui/models/e2e-weighted`);
+    await page.getByTestId("model-live-source").filter({ hasText: "summed over 2 reporting gateways" }).waitFor();
+    await eventually("the model sheet's picks to be the gateways'", 10_000, async () => {
+      const picks = await page.getByTestId("model-route-picks").allInnerTexts();
+      assert.deepEqual(picks, summed.map((row) => row.picks));
+      return true;
+    });
+    await page.goto(`${base}/ui/providers/gpu-kv`);
+    for (const id of ["gw-1", "gw-2"]) {
+      assert.match(await page.getByTestId(`provider-on-${id}`).innerText(), /fresh[\s\S]*healthy/);
+    }
+    await screenshot(page, "provider-sheet-on-each-gateway");
 
     // --- Catalog, model sheet, routing rules --------------------------------
     log("model catalog, model sheet, routing rules");
@@ -594,6 +626,7 @@ ${ADMIN_TOKENS}`,
     await page.getByLabel("Output price").fill("0.2");
     await page.getByTestId("price-list").getByRole("button", { name: "Save" }).click();
     await page.getByTestId("price-list").getByText("org/e2e-small").waitFor();
+    assert.match(await page.getByTestId("price-list").getByTestId("saved").innerText(), /Created — configuration version \d+/);
     [status, body] = await api(control, "GET", "catalog/org/e2e-small");
     assert.deepEqual(body.data, { model: "org/e2e-small", input_per_mtok: 0.05, output_per_mtok: 0.2 });
     await screenshot(page, "model-catalog");
@@ -683,7 +716,15 @@ ${ADMIN_TOKENS}`,
 
     // --- Cluster ------------------------------------------------------------
     log("cluster");
+    // The refused policy is still in the form: leaving asks, and we leave.
+    let leaving = null;
+    page.once("dialog", (dialog) => {
+      leaving = dialog.message();
+      dialog.accept();
+    });
     await nav(page, "Cluster");
+    await page.waitForURL(`${base}/ui/cluster`);
+    assert.match(leaving ?? "", /not saved/, "left a refused policy without asking");
     await page.getByTestId("cluster-node").filter({ hasText: "gw-1" }).waitFor();
     await page.getByTestId("cluster-node").filter({ hasText: "gw-2" }).waitFor();
     const self = page.getByTestId("cluster-node").filter({ hasText: "control-1" });
@@ -700,6 +741,15 @@ ${ADMIN_TOKENS}`,
     await screenshot(page, "cluster");
     await nav(page, "Fleet");
     await page.getByTestId("fleet-route-e2e-chat").waitFor();
+    // The charts: the gateways' pushes as 5 s points, summed.
+    const weighted = page.getByTestId("fleet-route-e2e-weighted");
+    await eventually("the traffic-share chart and sparklines to draw", 20_000, async () => {
+      const chart = weighted.getByTestId("share-chart");
+      const points = Number(await chart.getAttribute("data-points"));
+      const sparks = await weighted.getByTestId("sparkline").evaluateAll((all) => all.map((s) => Number(s.dataset.points)));
+      return points >= 2 && (await chart.locator("canvas").count()) === 1 && sparks.every((n) => n >= 2);
+    });
+    assert.equal(await weighted.getByTestId("sparkline").locator("canvas").count(), 2);
     await screenshot(page, "fleet-control-node-after-edits");
 
     // --- A frozen control node: the fleet says so within one poll timeout ---
@@ -839,6 +889,21 @@ ${ADMIN_TOKENS}`,
         await screenshot(page, `${width}-${name}`);
       }
     }
+    // The dark palette, for a system set to dark.
+    await page.setViewportSize({ width: 1440, height: 900 });
+    await page.emulateMedia({ colorScheme: "dark" });
+    for (const [path, name] of [
+      ["fleet", "fleet"],
+      ["cluster", "cluster"],
+    ]) {
+      await page.goto(`${base}/ui/${path}`);
+      await page.locator("main h1").first().waitFor();
+      await page.waitForLoadState("networkidle").catch(() => {});
+      await screenshot(page, `dark-${name}`);
+    }
+    await page.emulateMedia({ colorScheme: "light" });
+    await page.setViewportSize({ width: 900, height: 900 });
+
     // At 900 px the menu folds away and opens on demand.
     assert.equal(await page.locator("nav a").filter({ hasText: /^Fleet/ }).isVisible(), false);
     await page.getByRole("button", { name: "Menu" }).click();

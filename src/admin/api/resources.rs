@@ -378,27 +378,11 @@ pub(super) async fn validate(
     candidate: crate::config::file::ConfigFile,
 ) -> Result<Config, ApiResponse> {
     let validator = std::sync::Arc::clone(&ctx.validator);
-    let outcome: Result<
-        (
-            crate::config::file::ConfigFile,
-            Result<Config, ConfigErrors>,
-        ),
-        _,
-    > = tokio::task::spawn_blocking(move || {
-        let result = validator(&candidate);
-        (candidate, result)
-    })
-    .await;
+    let outcome: Result<Result<Config, ConfigErrors>, _> =
+        tokio::task::spawn_blocking(move || validator(&candidate)).await;
     match outcome {
-        Ok((_, Ok(config))) => Ok(config),
-        Ok((candidate, Err(mut errors))) => {
-            for error in &mut errors.0 {
-                if let Some(field) = &error.field {
-                    error.field = Some(name_rows(field, &candidate));
-                }
-            }
-            Err(invalid_configuration(&errors))
-        }
+        Ok(Ok(config)) => Ok(config),
+        Ok(Err(errors)) => Err(invalid_configuration(&errors)),
         Err(e) => {
             log::error!("control API: the validator failed: {e}");
             Err(ApiResponse::error(
@@ -411,63 +395,10 @@ pub(super) async fn validate(
     }
 }
 
-/// `field` with its leading row named by its key instead of its place in
-/// the document (`providers["gpu-a"].base_url`, not `providers[1]...`): the
-/// document merges rolter.toml's rows with the database's, so an index
-/// means nothing to whoever wrote the row.
-fn name_rows(field: &str, document: &crate::config::file::ConfigFile) -> String {
-    let Some((table, rest)) = field.split_once('[') else {
-        return field.to_owned();
-    };
-    let Some((index, tail)) = rest.split_once(']') else {
-        return field.to_owned();
-    };
-    let Ok(i) = index.parse::<usize>() else {
-        return field.to_owned();
-    };
-    let key = match table {
-        "providers" => document
-            .providers
-            .get(i)
-            .and_then(|p| p.slug.clone().or_else(|| p.name.clone())),
-        "routes" => document.routes.get(i).and_then(|r| r.model.clone()),
-        "provider_groups" => document.provider_groups.get(i).and_then(|g| g.slug.clone()),
-        "catalog" => document.catalog.get(i).and_then(|c| c.model.clone()),
-        _ => None,
-    };
-    match key {
-        Some(key) => format!("{table}[{}]{tail}", serde_json::Value::String(key)),
-        None => field.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::file::ProviderGroupTable;
-
-    #[test]
-    fn problems_name_rows_by_their_key_not_their_place() {
-        let document: crate::config::file::ConfigFile = toml::from_str(
-            "[[providers]]\nname = \"A\"\nslug = \"gpu-a\"\nbase_url = \"http://a\"\n\n[[providers]]\nname = \"B only\"\nbase_url = \"x\"\n\n[[routes]]\nmodel = \"org/chat\"\ntargets = []\n",
-        )
-        .unwrap();
-        assert_eq!(
-            name_rows("providers[0].base_url", &document),
-            r#"providers["gpu-a"].base_url"#
-        );
-        assert_eq!(
-            name_rows("providers[1].base_url", &document),
-            r#"providers["B only"].base_url"#
-        );
-        assert_eq!(
-            name_rows("routes[0].targets[2].provider", &document),
-            r#"routes["org/chat"].targets[2].provider"#
-        );
-        assert_eq!(name_rows("routes[7]", &document), "routes[7]");
-        assert_eq!(name_rows("server.listen", &document), "server.listen");
-        assert_eq!(name_rows("routes[x]", &document), "routes[x]");
-    }
 
     fn refusal(body: &str) -> String {
         let refused = parse_body::<ProviderGroupTable>(body.as_bytes()).unwrap_err();

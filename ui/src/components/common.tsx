@@ -226,6 +226,7 @@ export interface SavedAnswer {
   version?: number;
   warnings?: Problem[];
   created?: boolean;
+  deleted?: boolean;
 }
 
 export function SavedNotice(props: { saved: SavedAnswer | null }) {
@@ -235,7 +236,7 @@ export function SavedNotice(props: { saved: SavedAnswer | null }) {
   return (
     <div className={`notice ${warnings.length ? "warn" : "ok"}`} data-testid="saved" role="status">
       <strong>
-        {saved.created ? "Created" : "Saved"}
+        {saved.created ? "Created" : saved.deleted ? "Deleted" : "Saved"}
         {saved.version != null ? ` — configuration version ${saved.version}` : ""}.
       </strong>
       {warnings.length > 0 && (

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { applyEdits, draftOf, entriesOf, newDraft, parseField } from "./edit";
+import { ApiError } from "./api";
+import { applyEdits, draftOf, entriesOf, newDraft, parseField, rowProblems } from "./edit";
 
 describe("applyEdits", () => {
   it("leaves untouched fields exactly as held, unset ones unset", () => {
@@ -49,5 +50,22 @@ describe("entriesOf", () => {
     const same = { provider: "gpu-a" };
     const ids = [draftOf(same), draftOf(same), newDraft("gpu-a"), newDraft("gpu-a")].map((d) => d.id);
     expect(new Set(ids).size).toBe(ids.length);
+  });
+});
+
+describe("rowProblems", () => {
+  it("keys the node's problems by the field inside the row", () => {
+    const error = new ApiError(422, "the configuration would not validate", "invalid_configuration", [
+      { field: 'routes["org/chat"].targets[1].provider', message: "unknown provider `gone`" },
+      { field: 'routes["org/chat"].tokenizer', message: "no tokenizer.json" },
+      { field: 'providers["gpu-a"].base_url', message: "not a URL" },
+      { field: null, message: "elsewhere" },
+    ]);
+    expect(rowProblems(error, "routes")).toEqual({
+      "targets[1].provider": "unknown provider `gone`",
+      tokenizer: "no tokenizer.json",
+    });
+    expect(rowProblems(error, "providers")).toEqual({ base_url: "not a URL" });
+    expect(rowProblems("a browser check", "routes")).toEqual({});
   });
 });

@@ -5,7 +5,7 @@
 // held: an untouched field keeps its value, and a field the row left unset
 // stays unset (so a default stays a default, not a value written out).
 
-import type { TargetEntry } from "./api";
+import { ApiError, type TargetEntry } from "./api";
 
 export type FieldKind = "text" | "int" | "float" | "bool";
 
@@ -113,4 +113,19 @@ export function entriesOf(drafts: readonly EntryDraft[]): {
     return row;
   });
   return { entries, errors };
+}
+
+/// A node's field-level problems with one row, by the path inside the row
+/// (`base_url`, `targets[1].provider`, `kv_events.endpoint`): the node names
+/// the row by its key (`providers["gpu-a"].base_url`), the form by its own
+/// fields, to show each message beside the field it is about.
+export function rowProblems(error: unknown, table: "providers" | "routes" | "provider_groups"): Record<string, string> {
+  const found: Record<string, string> = {};
+  if (!(error instanceof ApiError)) return found;
+  const prefix = new RegExp(`^${table}\\[[^\\]]*\\]\\.(.+)$`);
+  for (const problem of error.problems) {
+    const field = problem.field?.match(prefix)?.[1];
+    if (field) found[field] = found[field] ? `${found[field]}; ${problem.message}` : problem.message;
+  }
+  return found;
 }

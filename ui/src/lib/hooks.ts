@@ -1,9 +1,10 @@
 // Loading data: once, or polled while the screen is open.
 
 import { createContext, useCallback, useContext, useEffect, useState } from "react";
-import type { Api, CatalogRow, GroupRow, Listing, ProviderRow, RouteRow, Session } from "./api";
+import type { Api, CatalogRow, Gateways, GroupRow, Listing, LiveRoutes, ProviderRow, RouteRow, Session } from "./api";
 import { ApiError } from "./api";
 import { setLeaveQuestion } from "./router";
+import { sumGateways, type FleetState } from "./fleet";
 
 export interface AppContextValue {
   api: Api;
@@ -152,4 +153,29 @@ export function useLeaveGuard(dirty: boolean, question = "Leave without saving? 
       window.removeEventListener("beforeunload", onUnload);
     };
   }, [dirty, question]);
+}
+
+/// What a screen shows of the fleet's live state: on a control node (which
+/// serves no traffic) every fresh gateway's pushed state summed, with each
+/// gateway's own (`gateways`); elsewhere the node's own `/admin/routes`.
+export interface LiveState {
+  loaded: Loaded<unknown>;
+  state: FleetState | null;
+  gateways: Gateways["gateways"] | null;
+}
+
+export function useLiveState(intervalMs: number): LiveState {
+  const { api, session } = useApp();
+  const isControl = session.node_role === "control";
+  const loaded = useLoad(
+    useCallback(
+      (): Promise<Gateways | LiveRoutes> =>
+        isControl ? api.get<Gateways>("/api/v1/fleet/gateways") : api.get<LiveRoutes>("/admin/routes"),
+      [api, isControl],
+    ),
+    { intervalMs },
+  );
+  const data = loaded.data;
+  if (data && "gateways" in data) return { loaded, state: sumGateways(data.gateways), gateways: data.gateways };
+  return { loaded, state: (data as LiveRoutes | null) ?? null, gateways: null };
 }

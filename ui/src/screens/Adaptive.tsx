@@ -5,7 +5,7 @@ import { useState, type FormEvent } from "react";
 import { ApiError, type Policy, type PolicyAnswer, type Telemetry, type TelemetryNode } from "../lib/api";
 import { FIELD_HELP } from "../lib/api.gen";
 import { fieldText, parseField } from "../lib/edit";
-import { useApp, useConfig, useGet, useNow } from "../lib/hooks";
+import { useApp, useConfig, useGet, useLeaveGuard, useNow } from "../lib/hooks";
 import { formatAgo, formatDuration, formatMs, formatNumber, formatPrice, formatScore, formatTime } from "../lib/format";
 import { href } from "../lib/router";
 import { Badge, Empty, ErrorBox, FileManagedBadge, Help, Link, Loading, LoadState, PageHead, Panel, Table } from "../components/common";
@@ -79,6 +79,10 @@ function PolicyForm(props: {
   const [result, setResult] = useState<{ answer: PolicyAnswer; sent: Policy } | null>(null);
   const [error, setError] = useState<ApiError | string | null>(null);
   const [busy, setBusy] = useState(false);
+  const formText = JSON.stringify([enabled, texts]);
+  const [savedText, setSavedText] = useState(formText);
+  const dirty = !readOnly && formText !== savedText;
+  useLeaveGuard(dirty && !busy);
 
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -96,8 +100,10 @@ function PolicyForm(props: {
     try {
       const answer = await api.request<PolicyAnswer>("PUT", "/api/v1/adaptive-routing-policy", sent);
       const now = answer.data ?? {};
+      const stored = Object.fromEntries(NUMBERS.map(({ key }) => [key, fieldText(now[key])]));
       setEnabled(now.enabled ?? false);
-      setTexts(Object.fromEntries(NUMBERS.map(({ key }) => [key, fieldText(now[key])])));
+      setTexts(stored);
+      setSavedText(JSON.stringify([now.enabled ?? false, stored]));
       setResult({ answer, sent });
       props.onSaved(now);
     } catch (err) {
@@ -163,7 +169,7 @@ function PolicyForm(props: {
         </fieldset>
         <div style={{ marginTop: 14 }}>
           <ErrorBox error={error} title="The policy was refused" />
-          {result && (
+          {result && !dirty && (
             <div className={`notice ${policyWarnings.length || changed.length ? "warn" : "ok"}`} data-testid="policy-saved">
               <strong>
                 Saved{result.answer.version != null ? ` — configuration version ${result.answer.version}` : ""}

@@ -3,12 +3,16 @@ import type { Gateways, LastReload, LiveRoutes, ProviderRow } from "../lib/api";
 import { liveness, useApp, useConfig, useGet, useLoad, useNow, type Loaded } from "../lib/hooks";
 import { configuredShares, observedShares, sumGateways, type FleetRoute, type FleetState, type FleetTarget } from "../lib/fleet";
 import { distinctTargets, findProvider } from "../lib/routing";
+import { seriesOf, shareOverTime, sumHistories, type FleetHistory, type History, type HistoryPoint } from "../lib/history";
+import { ShareChart, Sparkline } from "../components/Charts";
 import { formatDuration, formatMs, formatNumber, formatPercent, formatTime } from "../lib/format";
 import { href } from "../lib/router";
 import { Badge, Empty, ErrorBox, LiveIndicator, Link, Loading, PageHead, Panel, StrategyBadge, Table } from "../components/common";
 
 /// How often the fleet is polled while the screen is open.
 export const FLEET_POLL_MS = 2000;
+/// The history's resolution (`src/history.rs`), and how often it is read.
+const HISTORY_MS = 5000;
 
 /// What the screen shows: this node, one gateway's report, or the sum of
 /// every fresh gateway's (a control node's default: it serves no traffic).
@@ -23,6 +27,14 @@ export function Fleet() {
   const gateways = useLoad(
     useCallback(() => (isControl ? api.get<Gateways>("/api/v1/fleet/gateways") : Promise.resolve(null)), [api, isControl]),
     { intervalMs: FLEET_POLL_MS, live: live && isControl },
+  );
+  const history = useLoad(
+    useCallback(
+      (): Promise<History | FleetHistory> =>
+        isControl ? api.get<FleetHistory>("/api/v1/fleet/history") : api.get<History>("/admin/history"),
+      [api, isControl],
+    ),
+    { intervalMs: HISTORY_MS, live },
   );
   const config = useConfig();
   const now = useNow();
@@ -49,6 +61,14 @@ export function Fleet() {
     }
   }
   const state = liveness(source, FLEET_POLL_MS, live, now);
+  // The charts' data for what is shown: this node's own, or the gateways'.
+  let charts: History | null = null;
+  if (history.data && "gateways" in history.data) {
+    if (viewing.kind === "all") charts = sumHistories(history.data, HISTORY_MS, summed ?? []);
+    else if (viewing.kind === "gateway") charts = sumHistories(history.data, HISTORY_MS, [viewing.id]);
+  } else if (history.data && viewing.kind === "node") {
+    charts = history.data as History;
+  }
   const all = shown?.routes ?? [];
   // The tiles count each target once: routes that share one share its counters.
   const targets = distinctTargets(all);
@@ -132,7 +152,7 @@ export function Fleet() {
         {age !== null && age > FLEET_POLL_MS && <p className="muted small">As reported {formatDuration(age)} ago.</p>}
         {shown && all.length === 0 && <Empty>No routes here.</Empty>}
         {all.map((route) => (
-          <RoutePanel key={route.model} route={route} providers={providers} />
+          <RoutePanel key={route.model} route={route} providers={providers} history={charts} />
         ))}
       </div>
     </>
@@ -258,8 +278,10 @@ function decisionsLine(route: FleetRoute): string | null {
   return null;
 }
 
-function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[] }) {
+function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[]; history: History | null }) {
   const { route } = props;
+  const labels = route.targets.map((t) => `${t.provider}/${t.model}`);
+  const share = shareOverTime(props.history, route.model, labels);
   const observed = observedShares(route);
   const configured = configuredShares(route);
   const decisions = decisionsLine(route);
@@ -294,6 +316,7 @@ function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[] }) {
           { label: "Route latency", num: true },
           route.reads_weights && { label: "Share, observed / set", num: true },
           { label: "Engine requests, all routes", num: true },
+          { label: "Requests/s, 15 min" },
           { label: "KV index · LMCache" },
         ]}
       >
@@ -303,9 +326,11 @@ function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[] }) {
             target={target}
             share={route.reads_weights ? [observed[i], configured[i]] : null}
             providers={props.providers}
+            points={seriesOf(props.history, route.model, labels[i])}
           />
         ))}
       </Table>
+      {route.targets.length > 1 && <ShareChart times={share.times} shares={share.shares} labels={labels} />}
     </Panel>
   );
 }
@@ -319,16 +344,23 @@ function Tile(props: { label: string; value: number; tone?: "bad" | "warn"; test
   );
 }
 
-/// "on 1 of 2 gateways" when summed and not every gateway agrees.
+/// " (1 of 2)" when summed over several gateways: on how many of them the
+/// shared state holds (the badge's title says so in words).
 function onGateways(count: number, target: FleetTarget): string {
   const of = target.seenOn?.gateways;
-  return of && of > 1 ? ` on ${count} of ${of} gateways` : "";
+  return of && of > 1 ? ` (${count} of ${of})` : "";
+}
+
+function gatewaysTitle(count: number, target: FleetTarget): string | undefined {
+  const of = target.seenOn?.gateways;
+  return of && of > 1 ? `on ${count} of the ${of} gateways summed` : undefined;
 }
 
 function TargetRow(props: {
   target: FleetTarget;
   share: [number | null, number] | null;
   providers: ProviderRow[];
+  points: HistoryPoint[];
 }) {
   const { target } = props;
   const provider = findProvider(props.providers, target.provider);
@@ -340,7 +372,9 @@ function TargetRow(props: {
         <div className="muted small mono">{target.model}</div>
       </td>
       <td className="small">
-        {target.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad">down{onGateways(seen?.down ?? 0, target)}</Badge>}{" "}
+        {target.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad" title={gatewaysTitle(seen?.down ?? 0, target)}>
+            down{onGateways(seen?.down ?? 0, target)}
+          </Badge>}{" "}
         {target.breaker === "closed" ? null : target.breaker === "open" ? (
           <Badge tone="bad">breaker open{onGateways(seen?.breakerOpen ?? 0, target)}</Badge>
         ) : (
@@ -397,6 +431,9 @@ function TargetRow(props: {
         {formatNumber(target.requests)}
         {target.failures > 0 && <div className="faint small">{formatNumber(target.failures)} failed</div>}
       </td>
+      <td>
+        <Sparkline points={props.points} />
+      </td>
       <td className="small">
         <KvCell target={target} />
         <LmcacheCell target={target} />
@@ -412,7 +449,9 @@ function KvCell(props: { target: FleetTarget }) {
   const stale = props.target.seenOn?.kvStale ?? 0;
   return (
     <div data-testid="kv-cell">
-      KV {kv.usable ? <Badge tone="ok">fresh</Badge> : <Badge tone="warn">stale{onGateways(stale, props.target)}</Badge>}{" "}
+      KV {kv.usable ? <Badge tone="ok">fresh</Badge> : <Badge tone="warn" title={gatewaysTitle(stale, props.target)}>
+          stale{onGateways(stale, props.target)}
+        </Badge>}{" "}
       {formatNumber(kv.blocks_resident)} blocks
       <div className="faint">
         {kv.last_message_age_ms == null ? "no event yet" : `last event ${formatDuration(kv.last_message_age_ms)} ago`}

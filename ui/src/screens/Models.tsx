@@ -1,7 +1,8 @@
 import { useState, type FormEvent } from "react";
-import { ApiError, type CatalogRow, type LiveRoutes } from "../lib/api";
+import { ApiError, type CatalogRow } from "../lib/api";
 import { applyEdits, fieldText } from "../lib/edit";
-import { useApp, useConfig, useGet } from "../lib/hooks";
+import { useApp, useConfig, useLiveState } from "../lib/hooks";
+import { observedShares } from "../lib/fleet";
 import { formatMs, formatNumber, formatPercent, formatPrice } from "../lib/format";
 import { groupView, priceRange, routeView, type RuleView, type TargetLine } from "../lib/routing";
 import { describeStrategy, weightsIgnoredNote } from "../lib/strategies";
@@ -17,8 +18,10 @@ import {
   PageHead,
   Panel,
   ReadOnlyNotice,
+  SavedNotice,
   StrategyBadge,
   Table,
+  type SavedAnswer,
 } from "../components/common";
 import { TelemetryHint } from "../components/StrategyPicker";
 import { FLEET_POLL_MS } from "./Fleet";
@@ -177,9 +180,16 @@ function PriceList(props: {
 }) {
   const { canEdit } = useApp();
   const [editing, setEditing] = useState<string | null>(null);
+  const [saved, setSaved] = useState<SavedAnswer | null>(null);
+  const done = (answer: SavedAnswer | null) => {
+    setEditing(null);
+    setSaved(answer);
+    if (answer) props.onChange();
+  };
   return (
     <Panel title="Prices" aside="currency units per million tokens, by upstream model" testId="price-list">
       <ReadOnlyNotice />
+      {editing === null && <SavedNotice saved={saved} />}
       <Table
         columns={[
           { label: "Upstream model" },
@@ -197,10 +207,7 @@ function PriceList(props: {
               <PriceForm
                 key={model}
                 entry={entry}
-                onDone={(changed) => {
-                  setEditing(null);
-                  if (changed) props.onChange();
-                }}
+                onDone={done}
               />
             );
           }
@@ -236,10 +243,7 @@ function PriceList(props: {
           (editing === "" ? (
             <PriceForm
               entry={null}
-              onDone={(changed) => {
-                setEditing(null);
-                if (changed) props.onChange();
-              }}
+              onDone={done}
             />
           ) : (
             <tr>
@@ -255,7 +259,9 @@ function PriceList(props: {
   );
 }
 
-function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean) => void }) {
+/// A price's form; `onDone` gets what the node answered to a write, `null`
+/// when nothing was written.
+function PriceForm(props: { entry: CatalogRow | null; onDone: (answer: SavedAnswer | null) => void }) {
   const { api } = useApp();
   const [model, setModel] = useState(fieldText(props.entry?.model));
   const [input, setInput] = useState(fieldText(props.entry?.input_per_mtok));
@@ -275,9 +281,10 @@ function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean)
     if (problems.length) return setError(problems.join("; "));
     setBusy(true);
     try {
-      if (creating) await api.create("catalog", row);
-      else await api.replace("catalog", props.entry?.model ?? "", row);
-      props.onDone(true);
+      const answer = (creating
+        ? await api.create("catalog", row)
+        : await api.replace("catalog", props.entry?.model ?? "", row)) as SavedAnswer;
+      props.onDone({ ...answer, created: creating });
     } catch (err) {
       setError(err as ApiError);
       setBusy(false);
@@ -287,8 +294,8 @@ function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean)
     if (!props.entry?.model || !window.confirm(`Delete the price of ${props.entry.model}?`)) return;
     setBusy(true);
     try {
-      await api.remove("catalog", props.entry.model);
-      props.onDone(true);
+      const answer = (await api.remove("catalog", props.entry.model)) as SavedAnswer | undefined;
+      props.onDone({ version: answer?.version, warnings: answer?.warnings, deleted: true });
     } catch (err) {
       setError(err as ApiError);
       setBusy(false);
@@ -310,7 +317,7 @@ function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean)
           <button className="primary" type="submit" disabled={busy}>
             Save
           </button>
-          <button type="button" onClick={() => props.onDone(false)}>
+          <button type="button" onClick={() => props.onDone(null)}>
             Cancel
           </button>
           {!creating && (
@@ -330,10 +337,11 @@ function PriceForm(props: { entry: CatalogRow | null; onDone: (changed: boolean)
 export function ModelSheet(props: { model: string }) {
   const { canEdit } = useApp();
   const config = useConfig();
-  const live = useGet<LiveRoutes>("/admin/routes", { intervalMs: FLEET_POLL_MS });
+  const live = useLiveState(FLEET_POLL_MS);
   const data = config.data;
   const route = data?.routes.data.find((r) => r.model === props.model);
-  const liveRoute = live.data?.routes.find((r) => r.model === props.model);
+  const liveRoute = live.state?.routes.find((r) => r.model === props.model);
+  const observed = liveRoute ? observedShares(liveRoute) : [];
   const fileManaged = data?.routes.file_managed.includes(props.model) ?? false;
   if (config.error) return <ErrorBox error={config.error} title="Could not read the configuration" />;
   if (!data) return <Loading what="the model" />;
@@ -375,16 +383,16 @@ export function ModelSheet(props: { model: string }) {
             rule.sharesStated && { label: "Traffic share", num: true },
             { label: "Input / Mtok", num: true },
             { label: "Output / Mtok", num: true },
-            { label: "Health" },
+            rule.sharesStated && { label: "Observed share", num: true },
+            { label: "Engine health" },
             { label: "In flight", num: true },
-            { label: "Latency EWMA", num: true },
-            { label: "Picks", num: true },
+            { label: "Engine latency", num: true },
+            { label: "Route picks", num: true },
           ]}
         >
           {rule.targets.map((t, i) => {
-            const load = liveRoute?.targets.find(
-              (l) => l.provider === t.providerSlug && l.model === t.upstreamModel,
-            );
+            const at = liveRoute?.targets.findIndex((l) => l.provider === t.providerSlug && l.model === t.upstreamModel) ?? -1;
+            const load = at >= 0 ? liveRoute?.targets[at] : undefined;
             return (
               <tr key={i}>
                 <td>
@@ -399,14 +407,27 @@ export function ModelSheet(props: { model: string }) {
                 )}
                 <td className="num">{t.price ? formatPrice(t.price.input_per_mtok) : <span className="faint">—</span>}</td>
                 <td className="num">{t.price ? formatPrice(t.price.output_per_mtok) : <span className="faint">—</span>}</td>
+                {rule.sharesStated && (
+                  <td className="num" data-testid="observed-share">
+                    {at >= 0 ? formatPercent(observed[at]) : "—"}
+                  </td>
+                )}
                 <td>{load ? load.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad">down</Badge> : "—"}</td>
                 <td className="num">{load ? formatNumber(load.in_flight) : "—"}</td>
                 <td className="num">{load ? formatMs(load.latency_ewma_ms) : "—"}</td>
-                <td className="num">{load ? formatNumber(load.picks) : "—"}</td>
+                <td className="num" data-testid="model-route-picks">
+                  {load?.route_traffic ? formatNumber(load.route_traffic.attempts) : "—"}
+                </td>
               </tr>
             );
           })}
         </Table>
+        {live.gateways && (
+          <p className="muted small" data-testid="model-live-source">
+            Live figures: summed over {live.gateways.filter((g) => !g.stale).length} reporting gateway
+            {live.gateways.filter((g) => !g.stale).length === 1 ? "" : "s"} (this control node serves no traffic).
+          </p>
+        )}
         <TelemetryHint
           strategy={rule.strategy}
           noun="route"

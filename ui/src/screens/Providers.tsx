@@ -13,10 +13,10 @@ import {
   type ProviderRow,
 } from "../lib/api";
 import { FIELD_HELP } from "../lib/api.gen";
-import { applyEdits, fieldText, type FieldEdit, type FieldKind } from "../lib/edit";
-import { useApp, useConfig, useGet, useLeaveGuard } from "../lib/hooks";
+import { applyEdits, fieldText, rowProblems, type FieldEdit, type FieldKind } from "../lib/edit";
+import { useApp, useConfig, useGet, useLeaveGuard, useLiveState } from "../lib/hooks";
 import { formatDuration, formatNumber, formatPercent } from "../lib/format";
-import { usersOf } from "../lib/routing";
+import { distinctTargets, usersOf } from "../lib/routing";
 import { href, navigate } from "../lib/router";
 import {
   Badge,
@@ -145,18 +145,6 @@ function textsOf<T extends object>(row: T | null | undefined, keys: readonly { k
   return texts;
 }
 
-/// The node's problems with this provider's fields, by the form's field
-/// key (`base_url`, `kv_events.endpoint`), to show beside each field.
-export function fieldProblems(error: unknown): Record<string, string> {
-  const found: Record<string, string> = {};
-  if (!(error instanceof ApiError)) return found;
-  for (const problem of error.problems) {
-    const field = problem.field?.match(/^providers\[[^\]]*\]\.(.+)$/)?.[1] ?? problem.field;
-    if (field) found[field] = problem.message;
-  }
-  return found;
-}
-
 /// The answer of the last write, for the sheet the reload rebuilds.
 let flash: { slug: string; answer: SavedAnswer } | null = null;
 
@@ -198,7 +186,7 @@ function ProviderForm(props: {
   users: { routes: string[]; groups: string[] };
   onSaved: () => void;
 }) {
-  const { api, canEdit } = useApp();
+  const { api, canEdit, session } = useApp();
   const { original } = props;
   const creating = original === null;
   const readOnly = !canEdit || props.fileManaged;
@@ -279,7 +267,7 @@ function ProviderForm(props: {
       props.onSaved();
     } catch (err) {
       setError(err as ApiError);
-      setErrors(fieldProblems(err));
+      setErrors(rowProblems(err, "providers"));
       setBusy(false);
     }
   };
@@ -341,7 +329,8 @@ function ProviderForm(props: {
           <p>It is read-only here: change it in the control node's rolter.toml and reload.</p>
         </div>
       )}
-      {!creating && original?.slug && <LiveSources slug={original.slug} provider={original} />}
+      {!creating && original?.slug && session.node_role === "control" && <OnGateways slug={original.slug} />}
+      {!creating && original?.slug && session.node_role !== "control" && <LiveSources slug={original.slug} provider={original} />}
       <form onSubmit={save} data-testid="provider-form">
         <fieldset disabled={readOnly} style={{ border: "none", padding: 0, margin: 0 }}>
           <Panel title="Connection">
@@ -456,6 +445,74 @@ function ProviderForm(props: {
 }
 
 /// What this node reads from the provider's sources right now.
+/// A control node's view of one provider: what each gateway's push says of
+/// its targets (health, breaker, in flight, KV index, LMCache).
+function OnGateways(props: { slug: string }) {
+  const live = useLiveState(5000);
+  const reports = live.gateways ?? [];
+  return (
+    <Panel title="On each gateway" aside="as each gateway last pushed it; refreshed every 5 s" testId="provider-gateways">
+      {live.loaded.error && <ErrorBox error={live.loaded.error} title="Could not read the gateways" />}
+      {live.loaded.data !== null && reports.length === 0 && <Empty>No gateway has reported yet.</Empty>}
+      {reports.length > 0 && (
+        <Table
+          columns={[
+            { label: "Gateway" },
+            { label: "Last report" },
+            { label: "Health" },
+            { label: "In flight", num: true },
+            { label: "Engine load", num: true },
+            { label: "KV index" },
+            { label: "LMCache" },
+          ]}
+        >
+          {reports.map((report) => {
+            const targets = distinctTargets(report.state.routes).filter((t) => t.provider === props.slug);
+            const first = targets[0];
+            return (
+              <tr key={report.node_id} data-testid={`provider-on-${report.node_id}`} className={report.stale ? "dimmed" : undefined}>
+                <td className="mono">{report.node_id}</td>
+                <td>
+                  {report.stale ? <Badge tone="warn">stale</Badge> : <Badge tone="ok">fresh</Badge>}{" "}
+                  {formatDuration(report.age_ms)} ago
+                </td>
+                {!first ? (
+                  <td colSpan={5} className="faint">
+                    no route of this gateway lists it
+                  </td>
+                ) : (
+                  <>
+                    <td>
+                      {first.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad">down</Badge>}{" "}
+                      {first.breaker !== "closed" && <Badge tone="bad">breaker {first.breaker.replace("_", "-")}</Badge>}
+                    </td>
+                    <td className="num">{formatNumber(targets.reduce((n, t) => n + t.in_flight, 0))}</td>
+                    <td className="num">{formatNumber(Math.max(...targets.map((t) => t.combined_load)))}</td>
+                    <td className="small">
+                      {first.kv_index == null
+                        ? "no source"
+                        : first.kv_index.usable
+                          ? `fresh, ${formatNumber(first.kv_index.blocks_resident)} blocks`
+                          : "stale"}
+                    </td>
+                    <td className="small">
+                      {first.lmcache == null
+                        ? "no source"
+                        : `${first.lmcache.fresh ? "fresh" : "stale"}${
+                            first.lmcache.occupancy != null ? `, ${formatPercent(first.lmcache.occupancy)} full` : ""
+                          }`}
+                    </td>
+                  </>
+                )}
+              </tr>
+            );
+          })}
+        </Table>
+      )}
+    </Panel>
+  );
+}
+
 function LiveSources(props: { slug: string; provider: ProviderRow }) {
   const telemetry = useGet<EngineTelemetry>("/admin/kv-index", { intervalMs: 5000 });
   if (!props.provider.kv_events && !props.provider.lmcache) return null;

@@ -2,9 +2,9 @@
 // sent it and change only what the operator touched (lib/edit.ts); the
 // strategy picker follows lib/picker.ts.
 
-import { useState, type FormEvent } from "react";
+import { Fragment, useState, type FormEvent } from "react";
 import { ApiError, type GroupRow, type ProviderRow, type RouteRow } from "../lib/api";
-import { applyEdits, draftOf, entriesOf, fieldText, newDraft, type EntryDraft } from "../lib/edit";
+import { applyEdits, draftOf, entriesOf, fieldText, newDraft, rowProblems, type EntryDraft } from "../lib/edit";
 import { useApp, useConfig, useLeaveGuard } from "../lib/hooks";
 import { formatPercent } from "../lib/format";
 import { effectiveStrategy, pickerValue, strategyToSave } from "../lib/picker";
@@ -146,6 +146,13 @@ function EditorForm(props: {
   ]);
   const [savedText, setSavedText] = useState(formText);
   const dirty = !readOnly && formText !== savedText;
+  // The node's problems by the field they name, shown beside it.
+  const problems = rowProblems(error, kind === "route" ? "routes" : "provider_groups");
+  const entryKey = kind === "route" ? "targets" : "members";
+  const lineProblems = (i: number) =>
+    Object.entries(problems)
+      .filter(([field]) => field.startsWith(`${entryKey}[${i}]`))
+      .map(([field, message]) => `${field.slice(`${entryKey}[${i}]`.length).replace(/^\./, "") || "line"}: ${message}`);
   useLeaveGuard(dirty && !busy);
   // "Saved" is about the form as saved: the next edit clears it.
   const saved = busy || error || dirty ? null : props.saved;
@@ -312,6 +319,7 @@ function EditorForm(props: {
                 placeholder="e.g. /models/Qwen3-8B (none when empty)"
               />
               <div className="help">{TOKENIZER_HELP.tokenizer}</div>
+              {problems.tokenizer && <div className="field-error">{problems.tokenizer}</div>}
             </div>
             <label htmlFor="rule-tokenizer-budget">Tokenizer budget (KiB)</label>
             <div>
@@ -367,41 +375,50 @@ function EditorForm(props: {
             ]}
           >
             {drafts.map((draft, i) => (
-              <tr key={draft.id} data-testid="entry-row">
-                <td>
-                  <ProviderSelect
-                    value={draft.provider}
-                    providers={props.providers}
-                    onChange={(provider) => update(draft.id, { provider })}
-                    label={`Provider of line ${i + 1}`}
-                  />
-                </td>
-                <td>
-                  <input
-                    aria-label={`Model of line ${i + 1}`}
-                    value={draft.model}
-                    onChange={(e) => update(draft.id, { model: e.target.value })}
-                    placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
-                  />
-                </td>
-                <td>
-                  <input
-                    aria-label={`Weight of line ${i + 1}`}
-                    inputMode="numeric"
-                    value={draft.weight}
-                    placeholder="1"
-                    onChange={(e) => update(draft.id, { weight: e.target.value })}
-                  />
-                </td>
-                {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
-                <td className="num">
-                  {!readOnly && (
-                    <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((d) => d.id !== draft.id))}>
-                      Remove
-                    </button>
-                  )}
-                </td>
-              </tr>
+              <Fragment key={draft.id}>
+                <tr data-testid="entry-row">
+                  <td>
+                    <ProviderSelect
+                      value={draft.provider}
+                      providers={props.providers}
+                      onChange={(provider) => update(draft.id, { provider })}
+                      label={`Provider of line ${i + 1}`}
+                    />
+                  </td>
+                  <td>
+                    <input
+                      aria-label={`Model of line ${i + 1}`}
+                      value={draft.model}
+                      onChange={(e) => update(draft.id, { model: e.target.value })}
+                      placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
+                    />
+                  </td>
+                  <td>
+                    <input
+                      aria-label={`Weight of line ${i + 1}`}
+                      inputMode="numeric"
+                      value={draft.weight}
+                      placeholder="1"
+                      onChange={(e) => update(draft.id, { weight: e.target.value })}
+                    />
+                  </td>
+                  {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
+                  <td className="num">
+                    {!readOnly && (
+                      <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((d) => d.id !== draft.id))}>
+                        Remove
+                      </button>
+                    )}
+                  </td>
+                </tr>
+                {lineProblems(i).length > 0 && (
+                  <tr data-testid="entry-problem">
+                    <td colSpan={5} className="field-error">
+                      Line {i + 1}: {lineProblems(i).join("; ")}
+                    </td>
+                  </tr>
+                )}
+              </Fragment>
             ))}
           </Table>
           {!readOnly && (
