@@ -25,7 +25,7 @@ ui:
 
 # The dashboard's generated API types checked against ui/openapi.json, ESLint
 # and its unit tests (vitest), then its browser tests against a
-# control node on PostgreSQL, a gateway and a standalone node (the debug
+# control node on PostgreSQL, two gateways and a standalone node (the debug
 # binary; screenshots in ui/e2e-artifacts/).
 ui-test: ui
 	cd ui && npm test && npm run e2e

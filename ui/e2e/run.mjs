@@ -559,15 +559,12 @@ ${ADMIN_TOKENS}`,
 
     // --- Fleet: known traffic through two gateways ------------------------
     log("fleet: known traffic through two gateways");
-    const weights = { [`gpu-kv/${MODEL}`]: 3, [`file-gpu/${MODEL}`]: 1 };
-    [status, body] = await api(control, "POST", "routes", {
-      model: "e2e-weighted",
-      strategy: "weighted",
-      targets: [
-        { provider: "gpu-kv", model: MODEL, weight: 3 },
-        { provider: "file-gpu", model: MODEL, weight: 1 },
-      ],
-    });
+    const weightedTargets = [
+      { provider: "gpu-kv", model: MODEL, weight: 3 },
+      { provider: "file-gpu", model: MODEL, weight: 1 },
+    ];
+    const weights = Object.fromEntries(weightedTargets.map((t) => [`${t.provider}/${t.model}`, t.weight]));
+    [status, body] = await api(control, "POST", "routes", { model: "e2e-weighted", strategy: "weighted", targets: weightedTargets });
     assert.equal(status, 201, JSON.stringify(body));
     for (const gw of [gateway, gateway2]) {
       await eventually(`${gw.name} to serve e2e-weighted`, 10_000, async () => (await chat(gw, "e2e-weighted", "warm")) === 200);
@@ -759,6 +756,12 @@ ${ADMIN_TOKENS}`,
     control.signal("SIGSTOP");
     const frozenAt = Date.now();
     try {
+      // Stale within one poll timeout (4 s): an answer is late once it is a
+      // poll interval and a second old.
+      await eventually("the fleet to show stale numbers", 4_000, async () =>
+        ["stale", "failed"].includes(await indicator.getAttribute("data-state")),
+      );
+      log(`stale shown ${Date.now() - frozenAt} ms after the freeze`);
       // A poll every 2 s, each given 4 s: failed within 6 s of the freeze.
       await eventually("the fleet to say the node is not answering", 9_000, async () => (await indicator.getAttribute("data-state")) === "failed");
       log(`not answering shown ${Date.now() - frozenAt} ms after the freeze`);

@@ -5,7 +5,7 @@ import type { Loaded } from "../lib/hooks";
 import { Help, LoadState, Table } from "./common";
 
 function loaded<T>(state: Partial<Loaded<T>>): Loaded<T> {
-  return { data: null, error: null, loading: false, updatedAt: null, reload: () => {}, ...state };
+  return { data: null, error: null, loading: false, updatedAt: null, pendingSince: null, reload: () => {}, ...state };
 }
 
 const show = (rows: string[]) => <p>{rows.join(",")}</p>;

@@ -30,6 +30,8 @@ export interface Loaded<T> {
   loading: boolean;
   /// When the data last arrived (ms since the epoch).
   updatedAt: number | null;
+  /// When the call now under way started; `null` between calls.
+  pendingSince: number | null;
   reload: () => void;
 }
 
@@ -44,11 +46,12 @@ export function useLoad<T>(
   options: { intervalMs?: number; live?: boolean } = {},
 ): Loaded<T> {
   const { signOut } = useApp();
-  const [state, setState] = useState<{ data: T | null; error: ApiError | null; loading: boolean; updatedAt: number | null }>({
+  const [state, setState] = useState<Omit<Loaded<T>, "reload">>({
     data: null,
     error: null,
     loading: true,
     updatedAt: null,
+    pendingSince: null,
   });
   const [tick, setTick] = useState(0);
   const live = options.live ?? true;
@@ -58,15 +61,16 @@ export function useLoad<T>(
     let cancelled = false;
     let timer: number | undefined;
     const run = () => {
+      setState((s) => ({ ...s, pendingSince: Date.now() }));
       load()
         .then((data) => {
-          if (!cancelled) setState({ data, error: null, loading: false, updatedAt: Date.now() });
+          if (!cancelled) setState({ data, error: null, loading: false, updatedAt: Date.now(), pendingSince: null });
         })
         .catch((e: unknown) => {
           if (cancelled) return;
           const error = e instanceof ApiError ? e : new ApiError(0, String(e));
           if (error.status === 401) signOut(error.message);
-          setState((s) => ({ ...s, error, loading: false }));
+          setState((s) => ({ ...s, error, loading: false, pendingSince: null }));
         })
         .finally(() => {
           if (!cancelled && intervalMs && live) timer = window.setTimeout(run, intervalMs);
@@ -84,14 +88,24 @@ export function useLoad<T>(
 }
 
 /// How fresh polled data is: `live` (the last poll answered, recently),
-/// `stale` (no answer for longer than a poll and a second: the numbers are
-/// old), `failed` (the last poll failed or timed out), or `paused`.
+/// `stale` (the call under way is late, or no answer came for longer than
+/// a poll and a second: the numbers are old), `failed` (the last poll
+/// failed or timed out), or `paused`.
 export type Liveness = "live" | "stale" | "failed" | "paused";
 
-export function liveness(loaded: { error: ApiError | null; updatedAt: number | null }, intervalMs: number, live: boolean, now: number): Liveness {
+/// A call taking longer than this is late: its node may have stopped.
+export const LATE_MS = 1000;
+
+export function liveness(
+  loaded: { error: ApiError | null; updatedAt: number | null; pendingSince?: number | null },
+  intervalMs: number,
+  live: boolean,
+  now: number,
+): Liveness {
   if (!live) return "paused";
   if (loaded.error) return "failed";
-  if (loaded.updatedAt !== null && now - loaded.updatedAt > intervalMs + 1000) return "stale";
+  if (loaded.pendingSince != null && loaded.updatedAt !== null && now - loaded.pendingSince > LATE_MS) return "stale";
+  if (loaded.updatedAt !== null && now - loaded.updatedAt > intervalMs + LATE_MS) return "stale";
   return "live";
 }
 

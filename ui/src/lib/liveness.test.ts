@@ -15,6 +15,13 @@ describe("liveness", () => {
     expect(liveness({ error: timedOut, updatedAt: now - 500 }, 2_000, true, now)).toBe("failed");
   });
 
+  it("goes stale as soon as the call under way is late, before any timeout", () => {
+    expect(liveness({ error: null, updatedAt: now - 2_500, pendingSince: now - 900 }, 2_000, true, now)).toBe("live");
+    expect(liveness({ error: null, updatedAt: now - 2_500, pendingSince: now - 1_100 }, 2_000, true, now)).toBe("stale");
+    // The first load is loading, not stale.
+    expect(liveness({ error: null, updatedAt: null, pendingSince: now - 5_000 }, 2_000, true, now)).toBe("live");
+  });
+
   it("says paused when the operator paused it, whatever the data", () => {
     expect(liveness({ error: new ApiError(0, "x"), updatedAt: 0 }, 2_000, false, now)).toBe("paused");
   });

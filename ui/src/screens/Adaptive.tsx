@@ -427,14 +427,22 @@ function NodeEntry(props: { node: TelemetryNode; stored: Policy | null; now: num
         {!samePolicy(p, props.stored) && <Badge tone="warn">differs from the stored policy: not converged yet</Badge>}
       </div>
       <Table
+        className="wrap-heads"
         columns={[
           { label: "Target" },
-          { label: <span title="The weighted blend of the three ratios below; the highest is picked">Score (0–1, higher wins)</span>, num: true },
+          {
+            label: (
+              <span title="latency ratio × latency weight + cost ratio × cost weight + load ratio × load weight: at most the sum of the weights; the highest is picked">
+                Score (higher wins)
+              </span>
+            ),
+            num: true,
+          },
           { label: <span title="Best latency / this target's: 1 is the fastest">Latency ratio (1 = best)</span>, num: true },
           { label: <span title="Best price / this target's: 1 is the cheapest">Cost ratio (1 = best)</span>, num: true },
           { label: <span title="(Least in flight + 1) / (this target's + 1): 1 is the least loaded">Load ratio (1 = best)</span>, num: true },
           { label: "Latency EWMA (ms, lower is better)", num: true },
-          { label: "Price (per Mtok in + out)", num: true },
+          { label: "Price (per Mtok, in + out)", num: true },
           { label: "In flight (requests)", num: true },
           { label: "Picks", num: true },
           { label: "Last pick", num: true },

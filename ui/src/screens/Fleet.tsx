@@ -37,7 +37,9 @@ export function Fleet() {
     { intervalMs: HISTORY_MS, live },
   );
   const config = useConfig();
-  const now = useNow();
+  // Often enough that a node that stops answering is shown so within a
+  // second of its call being late.
+  const now = useNow(500);
   const providers = config.data?.providers.data ?? [];
   const reports = gateways.data?.gateways ?? [];
 
@@ -307,7 +309,7 @@ function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[]; histor
       <Table
         className="fleet"
         columns={[
-          { label: "Target" },
+          { label: "Target, its cache sources" },
           { label: "Engine health" },
           { label: "Engine load", num: true },
           { label: "Engine latency", num: true },
@@ -317,7 +319,6 @@ function RoutePanel(props: { route: FleetRoute; providers: ProviderRow[]; histor
           route.reads_weights && { label: "Share, observed / set", num: true },
           { label: "Engine requests, all routes", num: true },
           { label: "Requests/s, 15 min" },
-          { label: "KV index · LMCache" },
         ]}
       >
         {route.targets.map((target, i) => (
@@ -370,6 +371,10 @@ function TargetRow(props: {
       <td>
         <Link to={href.provider(target.provider)}>{provider?.name ?? target.provider}</Link>
         <div className="muted small mono">{target.model}</div>
+        <div className="small sources">
+          <KvCell target={target} />
+          <LmcacheCell target={target} />
+        </div>
       </td>
       <td className="small">
         {target.healthy ? <Badge tone="ok">healthy</Badge> : <Badge tone="bad" title={gatewaysTitle(seen?.down ?? 0, target)}>
@@ -434,10 +439,6 @@ function TargetRow(props: {
       <td>
         <Sparkline points={props.points} />
       </td>
-      <td className="small">
-        <KvCell target={target} />
-        <LmcacheCell target={target} />
-      </td>
     </tr>
   );
 }
@@ -462,7 +463,7 @@ function KvCell(props: { target: FleetTarget }) {
 
 function LmcacheCell(props: { target: FleetTarget }) {
   const lm = props.target.lmcache;
-  if (!lm) return props.target.kv_index ? null : <span className="faint">no cache source</span>;
+  if (!lm) return null;
   return (
     <div>
       LMCache {lm.fresh ? <Badge tone="ok">fresh</Badge> : <Badge tone="warn">stale</Badge>}{" "}
