@@ -223,13 +223,19 @@ function expectedRows(counters, weights) {
 }
 
 /// Every screen is wide enough for its content: nothing sticks out of the
-/// page, and no two column heads of a table overlap.
+/// page, no table cell is squeezed until its text folds letter by letter,
+/// and no column head runs into the next.
 async function checkLayout(page, what) {
   /* global document, window -- evaluated in the page */
   const problems = await page.evaluate(() => {
     const found = [];
     if (document.documentElement.scrollWidth > window.innerWidth + 1) {
       found.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
+    }
+    // A cell squeezed until its text folds a few letters per line.
+    for (const cell of document.querySelectorAll("td")) {
+      const box = cell.getBoundingClientRect();
+      if (box.height > 600 && box.width < 200) found.push(`a cell ${Math.round(box.width)} px wide and ${Math.round(box.height)} px tall: "${cell.textContent.slice(0, 40)}"`);
     }
     for (const row of document.querySelectorAll("thead tr")) {
       const heads = [...row.querySelectorAll("th")].map((th) => {
