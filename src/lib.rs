@@ -35,3 +35,7 @@ pub mod state;
 pub mod tls;
 pub mod tokenization;
 pub mod tracker;
+
+/// What a node says it runs: in the cluster inventory, and as the
+/// User-Agent of a gateway's calls to its control node.
+pub const SOFTWARE_VERSION: &str = concat!("rolter/", env!("CARGO_PKG_VERSION"));

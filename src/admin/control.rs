@@ -330,7 +330,7 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
 /// This node's own telemetry, in the control node's shape.
 fn local_telemetry(state: &GatewayState) -> TelemetryAnswer {
     let snapshot = state.snapshot();
-    let node_id = state.snapshot().node_id();
+    let node_id = snapshot.node_id();
     TelemetryAnswer {
         routes: telemetry::sample(&snapshot)
             .into_iter()
@@ -349,17 +349,7 @@ fn local_telemetry(state: &GatewayState) -> TelemetryAnswer {
 fn local_node(state: &GatewayState) -> ClusterAnswer {
     let snapshot = state.snapshot();
     ClusterAnswer {
-        nodes: vec![ClusterNode {
-            report: NodeReport {
-                node_id: state.snapshot().node_id(),
-                role: snapshot.config.server.role.as_str().to_owned(),
-                config_version: Some(snapshot.version),
-                address: None,
-                software_version: Some(format!("rolter/{}", env!("CARGO_PKG_VERSION"))),
-            },
-            first_seen: None,
-            last_seen: None,
-        }],
+        nodes: vec![ClusterNode::answering(&snapshot, snapshot.version)],
         config_version: snapshot.version,
     }
 }

@@ -360,33 +360,20 @@ impl ControlNode {
         })
     }
 
-    /// The cluster inventory: this control node first (as it is now), then
-    /// every node that polled, as last seen.
     /// Each gateway's recent traffic, as pushed to this control node.
     pub fn gateway_histories(&self) -> FleetHistoryAnswer {
         self.histories.answer()
     }
 
+    /// The cluster inventory: this control node first (as it is now), then
+    /// every node that polled, as last seen.
     pub async fn nodes(&self) -> Result<ClusterAnswer, String> {
         let store = self.store().await?;
         let polled = store.list_nodes().await.map_err(|e| e.to_string())?;
         let version = self.published.load().version;
-        let snapshot = self.state.snapshot();
-        let me = ClusterNode {
-            report: NodeReport {
-                node_id: snapshot.node_id(),
-                role: snapshot.config.server.role.as_str().to_owned(),
-                config_version: Some(version),
-                address: Some(snapshot.config.server.admin_listen.clone()),
-                software_version: Some(format!("rolter/{}", env!("CARGO_PKG_VERSION"))),
-            },
-            first_seen: None,
-            last_seen: None,
-        };
-        let others = polled
-            .into_iter()
-            .filter(|n| n.report.node_id != me.report.node_id);
-        let nodes = std::iter::once(me.clone()).chain(others).collect();
+        let mut nodes = vec![ClusterNode::answering(&self.state.snapshot(), version)];
+        let own_id = nodes[0].report.node_id.clone();
+        nodes.extend(polled.into_iter().filter(|n| n.report.node_id != own_id));
         Ok(ClusterAnswer {
             nodes,
             config_version: version,

@@ -295,7 +295,7 @@ impl InternalCall {
         let mut authorization =
             HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?;
         authorization.set_sensitive(true);
-        let headers = vec![
+        let mut headers = vec![
             (http::header::AUTHORIZATION, authorization),
             (
                 HeaderName::from_static(NODE_ID_HEADER),
@@ -305,12 +305,11 @@ impl InternalCall {
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             ),
+            (
+                http::header::USER_AGENT,
+                HeaderValue::from_static(crate::SOFTWARE_VERSION),
+            ),
         ];
-        let mut headers = headers;
-        headers.push((
-            http::header::USER_AGENT,
-            HeaderValue::from_static(concat!("rolter/", env!("CARGO_PKG_VERSION"))),
-        ));
         if let Ok(admin) = HeaderValue::from_str(&snapshot.config.server.admin_listen) {
             headers.push((HeaderName::from_static(ADMIN_ADDRESS_HEADER), admin));
         }

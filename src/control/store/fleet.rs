@@ -8,6 +8,7 @@ use serde::Serialize;
 use sqlx::postgres::PgRow;
 
 use super::{column, Store, StoreError};
+use crate::snapshot::Snapshot;
 
 /// One stored telemetry sample.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,6 +59,24 @@ pub struct ClusterNode {
     pub first_seen: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<DateTime<Utc>>,
+}
+
+impl ClusterNode {
+    /// The node answering, as it is now: it runs `snapshot`, publishes or
+    /// serves `config_version`, and listens on its `admin_listen`.
+    pub fn answering(snapshot: &Snapshot, config_version: u64) -> Self {
+        ClusterNode {
+            report: NodeReport {
+                node_id: snapshot.node_id(),
+                role: snapshot.config.server.role.as_str().to_owned(),
+                config_version: Some(config_version),
+                address: Some(snapshot.config.server.admin_listen.clone()),
+                software_version: Some(crate::SOFTWARE_VERSION.to_owned()),
+            },
+            first_seen: None,
+            last_seen: None,
+        }
+    }
 }
 
 /// `GET /api/v1/cluster/nodes`: the fleet's nodes and the configuration
