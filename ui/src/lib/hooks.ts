@@ -169,6 +169,17 @@ export function useLeaveGuard(dirty: boolean, question = "Leave without saving? 
   }, [dirty, question]);
 }
 
+/// The gateways' pushed states on a control node (`null` elsewhere: a
+/// node's own state is `/admin/routes`).
+export function useGateways(options: { intervalMs: number; live?: boolean }): Loaded<Gateways | null> {
+  const { api, session } = useApp();
+  const isControl = session.node_role === "control";
+  return useLoad(
+    useCallback(() => (isControl ? api.get<Gateways>("/api/v1/fleet/gateways") : Promise.resolve(null)), [api, isControl]),
+    { intervalMs: options.intervalMs, live: (options.live ?? true) && isControl },
+  );
+}
+
 /// What a screen shows of the fleet's live state: on a control node (which
 /// serves no traffic) every fresh gateway's pushed state summed, with each
 /// gateway's own (`gateways`); elsewhere the node's own `/admin/routes`.

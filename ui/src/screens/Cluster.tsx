@@ -1,6 +1,6 @@
 import { useCallback } from "react";
-import type { AuditRecord, Cluster, Gateways, LastReload, LiveRoutes } from "../lib/api";
-import { useApp, useGet, useLoad, useNow } from "../lib/hooks";
+import type { AuditRecord, Cluster, LastReload, LiveRoutes } from "../lib/api";
+import { useApp, useGateways, useGet, useLoad, useNow } from "../lib/hooks";
 import { fieldChanges, shownValue } from "../lib/diff";
 import { formatAgo, formatTime } from "../lib/format";
 import { Badge, Empty, ErrorBox, LoadState, PageHead, Panel, Table } from "../components/common";
@@ -23,13 +23,7 @@ export function ClusterScreen() {
     ),
   );
   const own = useGet<LiveRoutes>("/admin/routes", { intervalMs: CLUSTER_POLL_MS });
-  const gateways = useLoad(
-    useCallback(
-      () => (session.node_role === "control" ? api.get<Gateways>("/api/v1/fleet/gateways") : Promise.resolve(null)),
-      [api, session.node_role],
-    ),
-    { intervalMs: CLUSTER_POLL_MS },
-  );
+  const gateways = useGateways({ intervalMs: CLUSTER_POLL_MS });
   const now = useNow();
   const current = cluster.data?.config_version;
   // Each node's last reload: this node's own, the gateways' as they pushed it.

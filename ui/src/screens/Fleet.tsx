@@ -1,6 +1,6 @@
 import { useCallback, useState } from "react";
 import type { Gateways, LastReload, LiveRoutes, ProviderRow } from "../lib/api";
-import { liveness, useApp, useConfig, useGet, useLoad, useNow, type Loaded } from "../lib/hooks";
+import { liveness, useApp, useConfig, useGateways, useGet, useLoad, useNow, type Loaded } from "../lib/hooks";
 import { configuredShares, observedShares, sumGateways, type FleetRoute, type FleetState, type FleetTarget } from "../lib/fleet";
 import { distinctTargets, findProvider } from "../lib/routing";
 import { seriesOf, shareOverTime, sumHistories, type FleetHistory, type History, type HistoryPoint } from "../lib/history";
@@ -24,10 +24,7 @@ export function Fleet() {
   const [live, setLive] = useState(true);
   const [viewing, setViewing] = useState<Viewing>(isControl ? { kind: "all" } : { kind: "node" });
   const routes = useGet<LiveRoutes>("/admin/routes", { intervalMs: FLEET_POLL_MS, live });
-  const gateways = useLoad(
-    useCallback(() => (isControl ? api.get<Gateways>("/api/v1/fleet/gateways") : Promise.resolve(null)), [api, isControl]),
-    { intervalMs: FLEET_POLL_MS, live: live && isControl },
-  );
+  const gateways = useGateways({ intervalMs: FLEET_POLL_MS, live });
   const history = useLoad(
     useCallback(
       (): Promise<History | FleetHistory> =>
