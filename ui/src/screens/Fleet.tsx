@@ -1,4 +1,4 @@
-import { useCallback, useState } from "react";
+import { useCallback, useMemo, useState } from "react";
 import type { Gateways, LastReload, LiveRoutes, ProviderRow } from "../lib/api";
 import { liveness, useApp, useConfig, useGateways, useGet, useLoad, useNow, type Loaded } from "../lib/hooks";
 import { configuredShares, observedShares, sumGateways, type FleetRoute, type FleetState, type FleetTarget } from "../lib/fleet";
@@ -18,6 +18,37 @@ const HISTORY_MS = 5000;
 /// every fresh gateway's (a control node's default: it serves no traffic).
 type Viewing = { kind: "node" } | { kind: "all" } | { kind: "gateway"; id: string };
 
+const NO_PROVIDERS: ProviderRow[] = [];
+const NO_REPORTS: Gateways["gateways"] = [];
+const NO_ROUTES: FleetRoute[] = [];
+
+/// The document, the gateways it sums, its age and its charts' data for
+/// what is being viewed.
+function viewOf(
+  viewing: Viewing,
+  isControl: boolean,
+  own: LiveRoutes | null,
+  reports: Gateways["gateways"] | null,
+  history: History | FleetHistory | null,
+): { shown: FleetState | null; summed: string[] | null; age: number | null; charts: History | null } {
+  const fleetHistory = history && "gateways" in history ? history : null;
+  if (viewing.kind === "node" || !isControl) {
+    return { shown: own, summed: null, age: null, charts: fleetHistory ? null : (history as History | null) };
+  }
+  if (!reports) return { shown: null, summed: null, age: null, charts: null };
+  if (viewing.kind === "all") {
+    const sum = sumGateways(reports);
+    return { shown: sum, summed: sum.summed, age: null, charts: sumHistories(fleetHistory, HISTORY_MS, sum.summed) };
+  }
+  const report = reports.find((r) => r.node_id === viewing.id);
+  return {
+    shown: report?.state ?? null,
+    summed: null,
+    age: report ? report.age_ms : null,
+    charts: sumHistories(fleetHistory, HISTORY_MS, [viewing.id]),
+  };
+}
+
 export function Fleet() {
   const { api, session } = useApp();
   const isControl = session.node_role === "control";
@@ -34,43 +65,27 @@ export function Fleet() {
     { intervalMs: HISTORY_MS, live },
   );
   const config = useConfig();
-  // Often enough that a node that stops answering is shown so within a
-  // second of its call being late.
-  const now = useNow(500);
-  const providers = config.data?.providers.data ?? [];
-  const reports = gateways.data?.gateways ?? [];
+  // Often enough that a call running late shows within a quarter second;
+  // only the indicator and the dimming follow it (the panels are memoized).
+  const now = useNow(250);
+  const providers = config.data?.providers.data ?? NO_PROVIDERS;
+  const reports = gateways.data?.gateways ?? NO_REPORTS;
 
-  // The document on screen and the poll it came from.
-  let shown: FleetState | null = null;
-  let source: Loaded<unknown> = routes;
-  let summed: string[] | null = null;
-  let age: number | null = null;
-  if (viewing.kind === "node") {
-    shown = routes.data;
-  } else if (isControl) {
-    source = gateways;
-    if (viewing.kind === "all" && gateways.data) {
-      const sum = sumGateways(reports);
-      shown = sum;
-      summed = sum.summed;
-    } else if (viewing.kind === "gateway") {
-      const report = reports.find((r) => r.node_id === viewing.id);
-      shown = report?.state ?? null;
-      age = report ? report.age_ms : null;
-    }
-  }
+  // The document on screen, recomputed only when an answer arrives.
+  const view = useMemo(
+    () => viewOf(viewing, isControl, routes.data, gateways.data ? reports : null, history.data),
+    [viewing, isControl, routes.data, gateways.data, reports, history.data],
+  );
+  const { shown, summed, age, charts } = view;
+  const source: Loaded<unknown> = viewing.kind === "node" || !isControl ? routes : gateways;
   const state = liveness(source, FLEET_POLL_MS, live, now);
-  // The charts' data for what is shown: this node's own, or the gateways'.
-  let charts: History | null = null;
-  if (history.data && "gateways" in history.data) {
-    if (viewing.kind === "all") charts = sumHistories(history.data, HISTORY_MS, summed ?? []);
-    else if (viewing.kind === "gateway") charts = sumHistories(history.data, HISTORY_MS, [viewing.id]);
-  } else if (history.data && viewing.kind === "node") {
-    charts = history.data as History;
-  }
-  const all = shown?.routes ?? [];
+  const all = shown?.routes ?? NO_ROUTES;
   // The tiles count each target once: routes that share one share its counters.
-  const targets = distinctTargets(all);
+  const targets = useMemo(() => distinctTargets(all), [all]);
+  const panels = useMemo(
+    () => all.map((route) => <RoutePanel key={route.model} route={route} providers={providers} history={charts} />),
+    [all, providers, charts],
+  );
 
   return (
     <>
@@ -150,9 +165,7 @@ export function Fleet() {
         )}
         {age !== null && age > FLEET_POLL_MS && <p className="muted small">As reported {formatDuration(age)} ago.</p>}
         {shown && all.length === 0 && <Empty>No routes here.</Empty>}
-        {all.map((route) => (
-          <RoutePanel key={route.model} route={route} providers={providers} history={charts} />
-        ))}
+        {panels}
       </div>
     </>
   );
