@@ -39,6 +39,8 @@ use crate::state::{GatewayState, LoadError, Reloaded};
 pub const TELEMETRY_CURRENT_SECS: i64 = 60;
 /// Telemetry rows older than this are deleted (a scaled-down node leaves).
 pub const TELEMETRY_PRUNE_SECS: i64 = 3600;
+/// How often pushes prune old telemetry and gateway states.
+const PRUNE_EVERY_MS: u64 = 60_000;
 /// A gateway silent this long leaves the fleet view (it stays in the
 /// cluster inventory).
 pub const GATEWAY_STATE_SHOWN_SECS: i64 = 600;
@@ -66,6 +68,8 @@ pub struct ControlNode {
     file_generation: AtomicU64,
     /// The gateways' recent traffic, from their pushes.
     histories: GatewayHistories,
+    /// When pushes last pruned old rows (`clock::now_ms`; 0: never).
+    last_prune_ms: AtomicU64,
     // One refresh at a time (API writes, reloads, the periodic check).
     refresh_lock: tokio::sync::Mutex<()>,
 }
@@ -151,6 +155,7 @@ impl ControlNode {
             }),
             file_generation: AtomicU64::new(0),
             histories: GatewayHistories::default(),
+            last_prune_ms: AtomicU64::new(0),
             refresh_lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -278,7 +283,8 @@ impl ControlNode {
     }
 
     /// Stores a gateway's adaptive-routing telemetry (newest per node and
-    /// model) and prunes rows of nodes that stopped reporting.
+    /// model) and live state, and at most once a minute prunes rows of
+    /// nodes that stopped reporting.
     pub async fn record_telemetry(&self, node_id: &str, push: TelemetryPush) -> Result<(), String> {
         let store = self.store().await?;
         if let Some(state) = push.state.as_ref().filter(|s| s.is_object()) {
@@ -297,6 +303,14 @@ impl ControlNode {
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        // Rows an hour old go at most once a minute, not on every push.
+        let now = crate::clock::now_ms();
+        let last = self.last_prune_ms.load(Ordering::Acquire);
+        if last != 0 && now.saturating_sub(last) < PRUNE_EVERY_MS {
+            return Ok(());
+        }
+        // Two pushes at once may both prune: harmless.
+        self.last_prune_ms.store(now.max(1), Ordering::Release);
         let cutoff = chrono::Utc::now() - chrono::Duration::seconds(TELEMETRY_PRUNE_SECS);
         store
             .prune_gateway_states(cutoff)
