@@ -2,7 +2,7 @@
 // reaches, and the scoreboard each reporting node pushes.
 
 import { useState, type FormEvent } from "react";
-import { ApiError, type Policy, type PolicyAnswer, type Telemetry, type TelemetryNode } from "../lib/api";
+import { ApiError, type Policy, type PolicyAnswer, type RouteRow, type Telemetry, type TelemetryNode } from "../lib/api";
 import { FIELD_HELP } from "../lib/api.gen";
 import { fieldText, parseField } from "../lib/edit";
 import { useApp, useConfig, useGet, useLeaveGuard, useNow } from "../lib/hooks";
@@ -225,7 +225,11 @@ function Assignment(props: { routes: string[]; groups: string[] }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<ApiError | null>(null);
   const [done, setDone] = useState<string | null>(null);
-  const rows = config.data?.routes.data ?? [];
+  // The rows the node answered to a move, shown at once; the configuration
+  // read after the move replaces them.
+  const [written, setWritten] = useState<{ base: unknown; rows: Record<string, RouteRow> }>({ base: null, rows: {} });
+  const overrides = written.base === config.data ? written.rows : {};
+  const rows = (config.data?.routes.data ?? []).map((r) => overrides[r.model ?? ""] ?? r);
   const fileManaged = config.data?.routes.file_managed ?? [];
   // The saved list, or the configuration as it is now once a move is made.
   const onAdaptive = done === null ? props.routes : rows.filter((r) => r.strategy === "adaptive").map((r) => r.model ?? "");
@@ -240,10 +244,11 @@ function Assignment(props: { routes: string[]; groups: string[] }) {
     if (strategy === null) delete next.strategy;
     else next.strategy = strategy;
     try {
-      const answer = await api.replace("routes", model, next);
+      const answer = (await api.replace("routes", model, next)) as { data: RouteRow; version?: number };
+      setWritten({ base: config.data, rows: { ...overrides, [model]: answer.data } });
       setDone(
         `${model} ${strategy === "adaptive" ? "is on adaptive" : `moved to ${strategy ?? "the default strategy"}`}${
-          (answer as { version?: number }).version != null ? ` — configuration version ${(answer as { version?: number }).version}` : ""
+          answer.version != null ? ` — configuration version ${answer.version}` : ""
         }.`,
       );
       setChoice("");
