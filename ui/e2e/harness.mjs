@@ -13,9 +13,17 @@ import { join } from "node:path";
 const children = [];
 const cleanups = [];
 
+let lastLogged = "";
+
 export function log(message) {
+  lastLogged = message;
   const at = new Date().toISOString().slice(11, 23);
   process.stdout.write(`[e2e ${at}] ${message}\n`);
+}
+
+/// The last line `log` wrote: where a failure happened.
+export function lastStep() {
+  return lastLogged;
 }
 
 export async function freePort() {

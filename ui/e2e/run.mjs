@@ -19,6 +19,7 @@ import { chromium } from "playwright-core";
 import {
   createDatabase,
   eventually,
+  lastStep,
   log,
   nodeLogs,
   startEngine,
@@ -378,7 +379,9 @@ ${ADMIN_TOKENS}`,
     const page = context.pages()[0] ?? (await context.newPage());
     const pageErrors = [];
     page.on("pageerror", (e) => pageErrors.push(e.message));
-    page.setDefaultTimeout(10_000);
+    // A wait that runs out is a failure, not a slow machine: CI's machine
+    // may be busier than a workstation, so each wait has room to spare.
+    page.setDefaultTimeout(20_000);
     const base = control.admin;
 
     // --- Sign in ----------------------------------------------------------
@@ -942,7 +945,8 @@ try {
   log(`passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${ARTIFACTS}`);
 } catch (e) {
   failed = true;
-  process.stderr.write(`\nE2E FAILED: ${e.stack ?? e}\n\n${nodeLogs()}\n`);
+  // The nodes' logs first and the failure last: CI keeps an output's tail.
+  process.stderr.write(`\n${nodeLogs()}\n\nE2E FAILED after "${lastStep()}": ${e.stack ?? e}\n`);
 } finally {
   await stopAll();
 }
