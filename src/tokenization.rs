@@ -208,7 +208,7 @@ fn token_ids(
     endpoint: Endpoint,
     body: &[u8],
     spans: &TextSpans,
-) -> Result<(Vec<u32>, bool), NoTokens> {
+) -> Result<(Arc<[u32]>, bool), NoTokens> {
     let text = |range: &std::ops::Range<usize>| std::str::from_utf8(body.get(range.clone())?).ok();
     let result = match endpoint {
         Endpoint::ChatCompletions => {
@@ -271,7 +271,7 @@ mod tests {
     async fn source_of(
         tokens: Option<&RouteTokens>,
         body: &bytes::Bytes,
-    ) -> (TokenSource, Option<Vec<u32>>) {
+    ) -> (TokenSource, Option<Arc<[u32]>>) {
         let mut request = parse_request(Endpoint::ChatCompletions, body).unwrap();
         let source = fill_token_ids(tokens, Endpoint::ChatCompletions, body, &mut request).await;
         (source, request.token_ids)
@@ -299,7 +299,7 @@ mod tests {
         let tokens = demo();
         let body = chat("hello");
         let mut request = parse_request(Endpoint::ChatCompletions, &body).unwrap();
-        request.token_ids = Some(vec![1, 2, 3]);
+        request.token_ids = Some(Arc::from([1, 2, 3]));
         let source = fill_token_ids(
             Some(&tokens),
             Endpoint::ChatCompletions,
@@ -309,7 +309,7 @@ mod tests {
         .await;
         assert_eq!(
             (source, request.token_ids),
-            (TokenSource::Caller, Some(vec![1, 2, 3]))
+            (TokenSource::Caller, Some(Arc::from([1, 2, 3])))
         );
         assert_eq!(
             source_of(None, &body).await,

@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -32,7 +33,7 @@ pub struct ParsedRequest {
     /// Digest of the whole conversation, or of the raw body when it has no readable one.
     pub prompt_digest: u64,
     /// A completions `prompt` given as one list of token ids.
-    pub token_ids: Option<Vec<u32>>,
+    pub token_ids: Option<Arc<[u32]>>,
     /// Where the parts a chat template reads sit in the body, so the
     /// route's tokenizer can read them when it has one (`tokenization.rs`).
     pub text_spans: Option<TextSpans>,
@@ -199,7 +200,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         prompt: if readable { prompt } else { String::new() },
         prompt_len: if readable { prompt_len } else { 0 },
         prompt_digest,
-        token_ids,
+        token_ids: token_ids.map(Arc::from),
         text_spans,
     })
 }

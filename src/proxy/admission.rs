@@ -70,7 +70,7 @@ pub async fn admit(
     let mut request = parse_request(endpoint, &body)?;
     // Caller-supplied token ids: the header wins over an integer prompt.
     if header_token_ids.is_some() {
-        request.token_ids = header_token_ids;
+        request.token_ids = header_token_ids.map(Arc::from);
     }
 
     let Some(address) = snapshot.address(&request.model) else {

@@ -59,7 +59,7 @@ impl Tokenizer {
         Some(
             model
                 .chat_token_ids(&request, WHOLE)
-                .map(|ids| ids.ids)
+                .map(|ids| ids.ids.to_vec())
                 .map_err(|e| ApiError::bad_request(Some("messages"), e.to_string())),
         )
     }
@@ -73,7 +73,7 @@ impl Tokenizer {
         Some(
             model
                 .prompt_token_ids(text, WHOLE)
-                .map(|ids| ids.ids)
+                .map(|ids| ids.ids.to_vec())
                 .map_err(|e| e.to_string()),
         )
     }

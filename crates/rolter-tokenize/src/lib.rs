@@ -25,6 +25,7 @@ mod registry;
 pub mod template;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use messages::ChatRequest;
 pub use model::ModelTokenizer;
@@ -34,7 +35,8 @@ pub use template::{CompileError, RenderError};
 /// A request's token ids, or its first part's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenIds {
-    pub ids: Vec<u32>,
+    /// Shared with the prefix cache: not copied again.
+    pub ids: Arc<[u32]>,
     /// Only the text's first budget bytes were tokenized.
     pub truncated: bool,
 }

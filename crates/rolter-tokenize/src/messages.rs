@@ -28,8 +28,13 @@
 //! user turn, takes the same branches) with empty content, and the rendered
 //! text is cut at the mark.
 
+use std::borrow::Cow;
+
 use indexmap::IndexMap;
 use minijinja::value::{Value, ValueKind};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::TokenizeError;
 
@@ -60,29 +65,31 @@ pub(crate) fn prepare(
     content_as_parts: bool,
     budget: usize,
 ) -> Result<Prepared, TokenizeError> {
-    let messages: Vec<IndexMap<String, Value>> = serde_json::from_str(raw)
+    let messages: Vec<RawMessage<'_>> = serde_json::from_str(raw)
         .map_err(|e| TokenizeError::Request(format!("`messages`: {e}")))?;
     let mut room = budget;
     let mut cut = false;
     let mut out = Vec::with_capacity(messages.len());
     for (i, message) in messages.into_iter().enumerate() {
         let mut rebuilt: IndexMap<Value, Value> = IndexMap::with_capacity(4);
-        let role = message.get("role").cloned().unwrap_or(Value::from(()));
-        if role.kind() != ValueKind::String {
-            return Err(TokenizeError::Request(format!(
-                "`messages[{i}].role` must be a string"
-            )));
-        }
-        rebuilt.insert(Value::from("role"), role.clone());
-        let mut texts = text_parts(message.get("content"), i)?;
+        let role = message
+            .role
+            .and_then(|raw| serde_json::from_str::<Text<'_>>(raw.get()).ok())
+            .ok_or_else(|| {
+                TokenizeError::Request(format!("`messages[{i}].role` must be a string"))
+            })?
+            .0;
+        rebuilt.insert(Value::from("role"), Value::from(&*role));
+        let mut texts = text_parts(message.content, i)?;
         for text in &mut texts {
             if cut {
-                text.clear();
+                *text = Cow::Borrowed("");
             } else if text.len() > room {
                 let mut end = room;
                 while !text.is_char_boundary(end) {
                     end -= 1;
                 }
+                let text = text.to_mut();
                 text.truncate(end);
                 text.push_str(CUT_MARK);
                 cut = true;
@@ -93,46 +100,46 @@ pub(crate) fn prepare(
         let content = if content_as_parts {
             Value::from(
                 texts
-                    .into_iter()
+                    .iter()
                     .map(|text| {
                         let part: IndexMap<Value, Value> = IndexMap::from([
                             (Value::from("type"), Value::from("text")),
-                            (Value::from("text"), Value::from(text)),
+                            (Value::from("text"), Value::from(&**text)),
                         ]);
                         Value::from(part)
                     })
                     .collect::<Vec<_>>(),
             )
         } else {
-            Value::from(texts.join("\n"))
+            match texts.as_slice() {
+                [] => Value::from(""),
+                [text] => Value::from(&**text),
+                _ => Value::from(texts.join("\n")),
+            }
         };
         rebuilt.insert(Value::from("content"), content);
-        let is = |name: &str| role.as_str() == Some(name);
+        let is = |name: &str| &*role == name;
         if is("assistant") {
-            if let Some(calls) = message.get("tool_calls").filter(|v| !v.is_none()) {
-                let calls = tool_calls(calls);
+            if let Some(calls) = message.tool_calls.map(value).filter(|v| !v.is_none()) {
+                let calls = tool_calls(&calls);
                 if calls.len().unwrap_or(1) > 0 {
                     rebuilt.insert(Value::from("tool_calls"), calls);
                 }
             }
-            if let Some(reasoning) = message.get("reasoning").filter(|v| !v.is_none()) {
+            let reasoning = [message.reasoning, message.reasoning_content]
+                .into_iter()
+                .flatten()
+                .map(value)
+                .find(|v| !v.is_none());
+            if let Some(reasoning) = reasoning {
                 rebuilt.insert(Value::from("reasoning"), reasoning.clone());
-                rebuilt.insert(Value::from("reasoning_content"), reasoning.clone());
-            } else if let Some(reasoning) =
-                message.get("reasoning_content").filter(|v| !v.is_none())
-            {
-                rebuilt.insert(Value::from("reasoning"), reasoning.clone());
-                rebuilt.insert(Value::from("reasoning_content"), reasoning.clone());
+                rebuilt.insert(Value::from("reasoning_content"), reasoning);
             }
         }
-        let fields: &[&str] = if is("tool") {
-            &["tool_call_id", "name"]
-        } else {
-            &["name"]
-        };
-        for &field in fields {
-            if let Some(value) = message.get(field).filter(|v| v.kind() == ValueKind::String) {
-                rebuilt.insert(Value::from(field), value.clone());
+        let tool_call_id = message.tool_call_id.filter(|_| is("tool"));
+        for (field, raw) in [("tool_call_id", tool_call_id), ("name", message.name)] {
+            if let Some(value) = raw.map(value).filter(|v| v.kind() == ValueKind::String) {
+                rebuilt.insert(Value::from(field), value);
             }
         }
         out.push(Value::from(rebuilt));
@@ -143,29 +150,170 @@ pub(crate) fn prepare(
     })
 }
 
+/// A message as sent, its fields still JSON: only the ones vLLM keeps are
+/// read, and content, the bulk of a request, is read once and borrowed
+/// from the request where it has no escapes. A field sent twice keeps its
+/// last value, as Python's `json` does.
+#[derive(Default)]
+struct RawMessage<'a> {
+    role: Option<&'a RawValue>,
+    content: Option<Content<'a>>,
+    tool_calls: Option<&'a RawValue>,
+    reasoning: Option<&'a RawValue>,
+    reasoning_content: Option<&'a RawValue>,
+    tool_call_id: Option<&'a RawValue>,
+    name: Option<&'a RawValue>,
+}
+
+impl<'de> Deserialize<'de> for RawMessage<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = RawMessage<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a message object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut message = RawMessage::default();
+                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                    let slot = match &*key {
+                        "content" => {
+                            message.content = Some(map.next_value()?);
+                            continue;
+                        }
+                        "role" => &mut message.role,
+                        "tool_calls" => &mut message.tool_calls,
+                        "reasoning" => &mut message.reasoning,
+                        "reasoning_content" => &mut message.reasoning_content,
+                        "tool_call_id" => &mut message.tool_call_id,
+                        "name" => &mut message.name,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(message)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// A message's `content` as sent.
+enum Content<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<&'a RawValue>),
+    None,
+    /// Neither a string, a list nor null.
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Content<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("message content")
+            }
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(text)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(text.to_owned())))
+            }
+            fn visit_string<E>(self, text: String) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(text)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::None)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::None)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = seq.next_element()? {
+                    parts.push(part);
+                }
+                Ok(Content::Parts(parts))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Content::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Content::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Content::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Content::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Content::Other)
+            }
+        }
+        deserializer.deserialize_any(Any)
+    }
+}
+
+/// A content part: its `type` and `text`, as JSON.
+#[derive(Deserialize)]
+struct RawPart<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+}
+
+/// A JSON string, borrowed from the request when it holds no escape.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// A field kept as sent, as the template sees it.
+fn value(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or_default()
+}
+
 /// A message's content as its text parts: a string is one part, `null`
 /// or absent none. A part that is not text (an image, audio) is refused:
 /// where it goes in the text is the model's processor's business, which the
 /// gateway does not reproduce.
-fn text_parts(content: Option<&Value>, message: usize) -> Result<Vec<String>, TokenizeError> {
-    let Some(content) = content.filter(|c| !c.is_none() && !c.is_undefined()) else {
-        return Ok(Vec::new());
+fn text_parts<'a>(
+    content: Option<Content<'a>>,
+    message: usize,
+) -> Result<Vec<Cow<'a, str>>, TokenizeError> {
+    let parts = match content {
+        None | Some(Content::None) => return Ok(Vec::new()),
+        Some(Content::Text(text)) => return Ok(vec![text]),
+        Some(Content::Parts(parts)) => parts,
+        Some(Content::Other) => {
+            return Err(TokenizeError::Request(format!(
+                "`messages[{message}].content` must be a string or a list of parts"
+            )))
+        }
     };
-    if let Some(text) = content.as_str() {
-        return Ok(vec![text.to_string()]);
-    }
-    if content.kind() != ValueKind::Seq {
-        return Err(TokenizeError::Request(format!(
-            "`messages[{message}].content` must be a string or a list of parts"
-        )));
-    }
-    let mut texts = Vec::new();
-    for (j, part) in content.try_iter().into_iter().flatten().enumerate() {
-        let kind = part.get_attr("type").ok().filter(|k| !k.is_undefined());
-        match kind.as_ref().and_then(Value::as_str) {
+    let mut texts = Vec::with_capacity(parts.len());
+    for (j, part) in parts.into_iter().enumerate() {
+        let part: RawPart<'a> = serde_json::from_str(part.get()).unwrap_or(RawPart {
+            kind: None,
+            text: None,
+        });
+        let kind = part
+            .kind
+            .and_then(|raw| serde_json::from_str::<Option<Text<'_>>>(raw.get()).ok())
+            .flatten();
+        match kind.as_ref().map(|Text(kind)| &**kind) {
             Some("text") | None => {
-                match part.get_attr("text").ok().as_ref().and_then(Value::as_str) {
-                    Some(text) => texts.push(text.to_string()),
+                let text = part
+                    .text
+                    .and_then(|raw| serde_json::from_str::<Text<'a>>(raw.get()).ok());
+                match text {
+                    Some(Text(text)) => texts.push(text),
                     None => {
                         return Err(TokenizeError::Request(format!(
                             "`messages[{message}].content[{j}].text` must be a string"
@@ -266,4 +414,122 @@ fn present(map: &Value, key: &str) -> Option<Value> {
 pub(crate) fn kwargs(raw: &str) -> Result<IndexMap<String, Value>, TokenizeError> {
     serde_json::from_str(raw)
         .map_err(|e| TokenizeError::Request(format!("`chat_template_kwargs`: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contents(raw: &str, as_parts: bool, budget: usize) -> Result<(String, bool), TokenizeError> {
+        let prepared = prepare(raw, as_parts, budget)?;
+        let shown: Vec<String> = prepared
+            .messages
+            .try_iter()
+            .unwrap()
+            .map(|m| m.get_attr("content").unwrap().to_string())
+            .collect();
+        Ok((shown.join("|"), prepared.cut))
+    }
+
+    #[test]
+    fn content_reads_the_same_with_escapes_duplicates_and_parts() {
+        let raw = r#"[
+            {"role": "system", "content": "caf\u00e9 \"q\"\n"},
+            {"role": "user", "content": "first", "content": "last", "extra": {"x": [1]}},
+            {"role": "assistant", "content": null},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"text": "b"}]},
+            {"r\u006fle": "user"}
+        ]"#;
+        let (shown, cut) = contents(raw, false, usize::MAX).unwrap();
+        assert_eq!(shown, "café \"q\"\n|last||a\nb|");
+        assert!(!cut);
+    }
+
+    #[test]
+    fn the_budget_cuts_inside_an_escaped_text_and_empties_what_follows() {
+        let raw = r#"[{"role": "user", "content": "\u00e9\u00e9\u00e9"}, {"role": "user", "content": "later"}]"#;
+        let (shown, cut) = contents(raw, true, 3).unwrap();
+        assert!(cut);
+        // 3 bytes hold one 2-byte "é"; the next message keeps its place.
+        assert_eq!(
+            shown,
+            format!("[{{'type': 'text', 'text': 'é{CUT_MARK}'}}]|[{{'type': 'text', 'text': ''}}]")
+        );
+    }
+
+    #[test]
+    fn a_bad_message_names_the_field_that_is_wrong() {
+        let cases = [
+            (r#"[{"role": 7, "content": "x"}]"#, "`messages[0].role`"),
+            (r#"[{"content": "x"}]"#, "`messages[0].role`"),
+            (
+                r#"[{"role": "user", "content": "x"}, {"role": "user", "content": {"a": 1}}]"#,
+                "`messages[1].content`",
+            ),
+            (
+                r#"[{"role": "user", "content": [{"type": "text", "text": 3}]}]"#,
+                "`messages[0].content[0].text`",
+            ),
+            (
+                r#"[{"role": "user", "content": ["plain"]}]"#,
+                "`messages[0].content[0].text`",
+            ),
+            (r#"[{"role": "user"}, 5]"#, "`messages`"),
+            (r#"{"role": "user"}"#, "`messages`"),
+        ];
+        for (raw, named) in cases {
+            match prepare(raw, false, usize::MAX) {
+                Err(TokenizeError::Request(why)) => assert!(why.starts_with(named), "{raw}: {why}"),
+                Err(other) => panic!("{raw}: {other}"),
+                Ok(_) => panic!("{raw} was accepted"),
+            }
+        }
+        let image =
+            r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#;
+        assert!(matches!(
+            prepare(image, false, usize::MAX),
+            Err(TokenizeError::Unsupported(why)) if why.contains("`messages[0].content[0]`")
+        ));
+    }
+
+    #[test]
+    fn assistant_and_tool_fields_are_kept_as_vllm_keeps_them() {
+        let raw = r#"[
+            {"role": "assistant", "content": "", "reasoning_content": "think",
+             "tool_calls": [{"type": "function", "id": "c1", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "ok"},
+            {"role": "user", "tool_call_id": "dropped", "content": "hi"}
+        ]"#;
+        let prepared = prepare(raw, false, usize::MAX).unwrap();
+        let messages: Vec<Value> = prepared.messages.try_iter().unwrap().collect();
+        let keys =
+            |m: &Value| -> Vec<String> { m.try_iter().unwrap().map(|k| k.to_string()).collect() };
+        assert_eq!(
+            keys(&messages[0]),
+            [
+                "role",
+                "content",
+                "tool_calls",
+                "reasoning",
+                "reasoning_content"
+            ]
+        );
+        let call = messages[0]
+            .get_attr("tool_calls")
+            .unwrap()
+            .get_item_by_index(0)
+            .unwrap();
+        assert_eq!(keys(&call), ["id", "function", "type"]);
+        let arguments = call
+            .get_attr("function")
+            .unwrap()
+            .get_attr("arguments")
+            .unwrap();
+        assert_eq!(arguments.get_attr("a").unwrap(), Value::from(1));
+        assert_eq!(
+            keys(&messages[1]),
+            ["role", "content", "tool_call_id", "name"]
+        );
+        assert_eq!(keys(&messages[2]), ["role", "content"]);
+    }
 }

@@ -154,7 +154,7 @@ impl ModelTokenizer {
         let (text, clean) = stable_prefix(&rendered, budget, !cut);
         let mut ids = self.encode_with_cache(text)?;
         if !clean {
-            ids.truncate(ids.len().saturating_sub(UNSTABLE_TAIL_TOKENS));
+            ids = ids[..ids.len().saturating_sub(UNSTABLE_TAIL_TOKENS)].into();
         }
         Ok(TokenIds {
             ids,
@@ -171,14 +171,14 @@ impl ModelTokenizer {
             .tokenizer
             .encode_fast(text, true)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
-        let mut ids = encoding.get_ids().to_vec();
+        let mut ids = encoding.get_ids();
         // A cut prompt loses the special tokens the post-processor would
         // have added at its end (an EOS); routing reads only the front.
         if !clean_cut {
-            ids.truncate(ids.len().saturating_sub(UNSTABLE_TAIL_TOKENS));
+            ids = &ids[..ids.len().saturating_sub(UNSTABLE_TAIL_TOKENS)];
         }
         Ok(TokenIds {
-            ids,
+            ids: ids.into(),
             truncated: text.len() < prompt.len(),
         })
     }
@@ -227,7 +227,7 @@ impl ModelTokenizer {
 
     /// `text` tokenized as vLLM tokenizes a rendered chat, reusing the ids
     /// of the longest prefix tokenized before (see `prefix_cache.rs`).
-    fn encode_with_cache(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
+    fn encode_with_cache(&self, text: &str) -> Result<Arc<[u32]>, TokenizeError> {
         let Some(splitters) = &self.splitters else {
             return self.encode(text);
         };
@@ -249,16 +249,15 @@ impl ModelTokenizer {
             .rev()
             .find_map(|&(at, key)| self.cache.get(key).map(|ids| (at, ids)));
         self.cache.record(hit.is_some());
-        let (start, mut ids) = match hit {
-            Some((at, (prefix, len))) => (at, prefix[..len].to_vec()),
-            None => (0, Vec::new()),
-        };
+        let start = hit.as_ref().map_or(0, |&(at, _)| at);
         let encoding = self
             .tokenizer
             .encode(&text[start..], false)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
-        let base = ids.len();
-        ids.extend_from_slice(encoding.get_ids());
+        let prefix = hit.as_ref().map_or(&[][..], |(_, (ids, len))| &ids[..*len]);
+        let base = prefix.len();
+        // One allocation, shared by the request and the entries below.
+        let ids: Arc<[u32]> = prefix.iter().chain(encoding.get_ids()).copied().collect();
         // Remember the ids before this text's first and last checkpoints
         // past the prefix it reused, all sharing one copy of the ids.
         let offsets = encoding.get_offsets();
@@ -272,21 +271,19 @@ impl ModelTokenizer {
             .enumerate()
             .filter(|(i, _)| *i < LEADING_CHECKPOINTS || *i >= trailing_from)
             .map(|(_, checkpoint)| *checkpoint);
-        let mut shared: Option<Arc<[u32]>> = None;
         for (at, key) in chosen {
             // The token that starts exactly at the checkpoint.
             if let Ok(index) = offsets.binary_search_by_key(&(at - start), |&(s, _)| s) {
-                let ids = shared.get_or_insert_with(|| Arc::from(&ids[..]));
-                self.cache.insert(key, Arc::clone(ids), base + index);
+                self.cache.insert(key, Arc::clone(&ids), base + index);
             }
         }
         Ok(ids)
     }
 
-    fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
+    fn encode(&self, text: &str) -> Result<Arc<[u32]>, TokenizeError> {
         self.tokenizer
             .encode_fast(text, false)
-            .map(|encoding| encoding.get_ids().to_vec())
+            .map(|encoding| encoding.get_ids().into())
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
     }
 }

@@ -121,7 +121,7 @@ fn chat_and_completion_ids_equal_the_reference_for_every_case() {
             )
         });
         match (text, got) {
-            (Ok(text), Ok(got)) if got.ids == expected => {
+            (Ok(text), Ok(got)) if *got.ids == *expected => {
                 assert_eq!(text, case["text"].as_str().unwrap(), "{family}/{name}");
                 assert!(!got.truncated);
             }
@@ -143,7 +143,7 @@ fn chat_and_completion_ids_equal_the_reference_for_every_case() {
             .entry(family.to_string())
             .or_insert_with(|| load(&fixture, family));
         let got = model.prompt_token_ids(case["prompt"].as_str().unwrap(), WHOLE);
-        if got.as_ref().map(|g| &g.ids) != Ok(&ids(&case["ids"])) {
+        if got.as_ref().map(|g| &*g.ids) != Ok(&ids(&case["ids"])[..]) {
             failures.push(format!("completions {family}/{}: {got:?}", case["name"]));
         }
     }
@@ -201,8 +201,8 @@ fn turn_by_turn_the_prefix_cache_gives_the_same_ids() {
         let got = with_request(&request, |request| model.chat_token_ids(request, WHOLE)).unwrap();
         let (hits, misses) = model.prefix_cache_counts();
         assert_eq!(
-            got.ids,
-            ids(&case["ids"]),
+            *got.ids,
+            *ids(&case["ids"]),
             "{family}: warm ids differ from the reference"
         );
         assert!(
