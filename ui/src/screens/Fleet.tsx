@@ -10,7 +10,7 @@ import { href } from "../lib/router";
 import { Badge, Empty, ErrorBox, LiveIndicator, Link, Loading, PageHead, Panel, StrategyBadge, Table } from "../components/common";
 
 /// How often the fleet is polled while the screen is open.
-export const FLEET_POLL_MS = 2000;
+export const FLEET_POLL_MS = 1000;
 /// The history's resolution (`src/history.rs`), and how often it is read.
 const HISTORY_MS = 5000;
 
