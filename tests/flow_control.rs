@@ -236,32 +236,103 @@ async fn a_flooding_tenant_does_not_delay_another_behind_its_backlog() {
     assert_eq!(a_done.load(Ordering::SeqCst), 60, "A's backlog drained too");
 }
 
+/// One engine whose only place a long request holds, behind a gateway
+/// with flow control: the next request queues.
+async fn one_place_held() -> (
+    FakeEngine,
+    Arc<Gateway>,
+    tokio::task::JoinHandle<(u16, String)>,
+) {
+    let engine = engines(&["a"], 0).await.remove(0);
+    let gateway = Arc::new(Gateway::start(&config(&[("a", &engine)], 1, "", "")).await);
+    engine.control(json!({"token_delay_ms": 50})).await;
+    let holder = hold(&gateway, &engine, 20).await;
+    (engine, gateway, holder)
+}
+
+/// The request queued behind the holder left: counted, gone from the
+/// queue at once, and the place that freed after the holder stayed empty.
+async fn left_without_reaching_the_engine(
+    engine: &FakeEngine,
+    gateway: &Gateway,
+    holder: tokio::task::JoinHandle<(u16, String)>,
+) {
+    wait_until(Duration::from_secs(5), "the leave counted", || async {
+        outcomes(gateway, "cancelled").await == 1
+    })
+    .await;
+    assert_eq!(queued(gateway).await, 0, "it left the queue at once");
+    let (status, _) = holder.await.expect("holder");
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(engine.chat_requests().await, 1, "only the holder");
+}
+
+async fn until_queued(gateway: &Gateway) {
+    wait_until(Duration::from_secs(5), "a request queued", || async {
+        queued(gateway).await == 1
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_the_queue_never_reaches_an_engine() {
-    let engines = engines(&["a"], 0).await;
-    let gateway = Arc::new(Gateway::start(&config(&[("a", &engines[0])], 1, "", "")).await);
-    engines[0].control(json!({"token_delay_ms": 50})).await;
-    let holder = hold(&gateway, &engines[0], 20).await;
+    let (engine, gateway, holder) = one_place_held().await;
     let leaver = {
         let gateway = Arc::clone(&gateway);
         tokio::spawn(async move { chat(&gateway, None, 2, false).await })
     };
-    wait_until(Duration::from_secs(5), "the second queued", || async {
-        queued(&gateway).await == 1
-    })
-    .await;
+    until_queued(&gateway).await;
     leaver.abort();
     let _ = leaver.await;
-    wait_until(Duration::from_secs(5), "the cancel counted", || async {
-        outcomes(&gateway, "cancelled").await == 1
+    left_without_reaching_the_engine(&engine, &gateway, holder).await;
+}
+
+#[tokio::test]
+async fn an_http2_client_that_resets_its_stream_leaves_the_queue_and_keeps_its_connection() {
+    let (engine, gateway, holder) = one_place_held().await;
+    // h2c with prior knowledge: one connection, the queued request on one
+    // stream of it.
+    let tcp = tokio::net::TcpStream::connect(gateway.listen)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let connection = tokio::spawn(connection);
+    let body = json!({
+        "model": "chat",
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": "hello"}],
     })
-    .await;
-    assert_eq!(queued(&gateway).await, 0, "it left the queue at once");
-    let (status, _) = holder.await.expect("holder");
-    assert_eq!(status, 200);
-    // The place it would have taken freed a while ago: nothing came.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(engines[0].chat_requests().await, 1, "only the holder");
+    .to_string();
+    let send = |client: h2::client::SendRequest<bytes::Bytes>| {
+        let (uri, body) = (gateway.url("/v1/chat/completions"), body.clone());
+        async move {
+            let mut client = client.ready().await.expect("the connection is open");
+            let request = http::Request::post(uri)
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let (response, mut stream) = client.send_request(request, false).expect("a stream");
+            stream
+                .send_data(bytes::Bytes::from(body), true)
+                .expect("its body");
+            (response, stream)
+        }
+    };
+    let (response, mut stream) = send(client.clone()).await;
+    until_queued(&gateway).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(response);
+    left_without_reaching_the_engine(&engine, &gateway, holder).await;
+    // The stream left, not the connection: the next stream on it is served.
+    let (response, _stream) = send(client).await;
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("answered in time")
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    assert_eq!(engine.chat_requests().await, 2);
+    connection.abort();
 }
 
 #[tokio::test]
