@@ -216,7 +216,10 @@ impl ModelTokenizer {
             Value::from("add_generation_prompt"),
             Value::from(request.add_generation_prompt.unwrap_or(true)),
         );
-        let mut text = template.render(Value::from(context))?;
+        let mut text = template.render(
+            Value::from(context),
+            request.messages.len().min(budget) + 4096,
+        )?;
         if prepared.cut {
             if let Some(at) = text.find(CUT_MARK) {
                 text.truncate(at);
