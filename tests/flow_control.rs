@@ -98,6 +98,18 @@ async fn queued(gateway: &Gateway) -> u64 {
         .sum()
 }
 
+/// Requests this gateway has in flight to `provider`, from `/metrics`.
+async fn in_flight(gateway: &Gateway, provider: &str) -> u64 {
+    let series = format!("rolter_target_in_flight{{target=\"{provider}/");
+    gateway
+        .metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with(&series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// `rolter_flow_control_total` of route `chat` for `outcome`.
 async fn outcomes(gateway: &Gateway, outcome: &str) -> u64 {
     let series = format!("rolter_flow_control_total{{outcome=\"{outcome}\",route=\"chat\"}} ");
@@ -428,10 +440,13 @@ async fn a_full_queue_refuses_at_once_and_without_flow_control_saturation_only_s
         provider("b", &engines[1].url()).trim_end(),
     );
     let plain = Arc::new(Gateway::start(&off).await);
+    // The held stream outlasts the steps below on a loaded machine (5 s),
+    // on whichever engine it lands.
+    engines[1].control(json!({"token_delay_ms": 50})).await;
     let before: Vec<u64> = join_all(engines.iter().map(FakeEngine::chat_requests)).await;
     let held = {
         let gateway = Arc::clone(&plain);
-        tokio::spawn(async move { chat(&gateway, None, 20, false).await })
+        tokio::spawn(async move { chat(&gateway, None, 100, false).await })
     };
     wait_until(Duration::from_secs(5), "one engine busy", || async {
         let a = engines[0].stats().await["running"].as_u64().unwrap_or(0);
@@ -444,7 +459,20 @@ async fn a_full_queue_refuses_at_once_and_without_flow_control_saturation_only_s
     } else {
         1
     };
+    let free = ["a", "b"][1 - busy];
+    assert_eq!(
+        in_flight(&plain, ["a", "b"][busy]).await,
+        1,
+        "the held one counted"
+    );
     for _ in 0..4 {
+        // The last answer is at the client a moment before the gateway
+        // counts it finished: wait for that, or the free engine is
+        // saturated too and the pick is the all-saturated one.
+        wait_until(Duration::from_secs(5), "the free engine idle", || async {
+            in_flight(&plain, free).await == 0
+        })
+        .await;
         assert_eq!(chat(&plain, None, 1, false).await.0, 200);
     }
     let after: Vec<u64> = join_all(engines.iter().map(FakeEngine::chat_requests)).await;
