@@ -89,9 +89,8 @@ pub(crate) fn prepare(
                 while !text.is_char_boundary(end) {
                     end -= 1;
                 }
-                let text = text.to_mut();
-                text.truncate(end);
-                text.push_str(CUT_MARK);
+                // Only the kept part is copied (a 4 MiB message stays in the body).
+                *text = Cow::Owned(format!("{}{CUT_MARK}", &text[..end]));
                 cut = true;
             } else {
                 room -= text.len();
