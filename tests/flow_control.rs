@@ -87,27 +87,27 @@ async fn hold(
     held
 }
 
-/// Requests waiting in flow control on route `chat`, from `/metrics`.
-async fn queued(gateway: &Gateway) -> u64 {
+/// The sum of the `/metrics` series whose line starts with `series` and
+/// holds `label`.
+async fn series_sum(gateway: &Gateway, series: &str, label: &str) -> u64 {
     gateway
         .metrics()
         .await
         .lines()
-        .filter(|l| l.starts_with("rolter_flow_control_queued{") && l.contains("route=\"chat\""))
+        .filter(|l| l.starts_with(series) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
 
-/// Requests this gateway has in flight to `provider`, from `/metrics`.
+/// Requests waiting in flow control on route `chat`.
+async fn queued(gateway: &Gateway) -> u64 {
+    series_sum(gateway, "rolter_flow_control_queued{", "route=\"chat\"").await
+}
+
+/// Requests this gateway has in flight to `provider`.
 async fn in_flight(gateway: &Gateway, provider: &str) -> u64 {
-    let series = format!("rolter_target_in_flight{{target=\"{provider}/");
-    gateway
-        .metrics()
-        .await
-        .lines()
-        .filter(|l| l.starts_with(&series))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    let target = format!("target=\"{provider}/");
+    series_sum(gateway, "rolter_target_in_flight{", &target).await
 }
 
 /// `rolter_flow_control_total` of route `chat` for `outcome`.
