@@ -261,7 +261,7 @@ impl<'de> Deserialize<'de> for Content<'de> {
 }
 
 /// A content part: its `type` and `text`, as JSON.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct RawPart<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<&'a RawValue>,
@@ -298,10 +298,8 @@ fn text_parts<'a>(
     };
     let mut texts = Vec::with_capacity(parts.len());
     for (j, part) in parts.into_iter().enumerate() {
-        let part: RawPart<'a> = serde_json::from_str(part.get()).unwrap_or(RawPart {
-            kind: None,
-            text: None,
-        });
+        // Not an object: a part with no text, refused below.
+        let part: RawPart<'a> = serde_json::from_str(part.get()).unwrap_or_default();
         let kind = part
             .kind
             .and_then(|raw| serde_json::from_str::<Option<Text<'_>>>(raw.get()).ok())

@@ -252,12 +252,14 @@ impl ModelTokenizer {
             .rev()
             .find_map(|&(at, key)| self.cache.get(key).map(|ids| (at, ids)));
         self.cache.record(hit.is_some());
-        let start = hit.as_ref().map_or(0, |&(at, _)| at);
+        let (start, prefix) = match &hit {
+            Some((at, (ids, len))) => (*at, &ids[..*len]),
+            None => (0, &[][..]),
+        };
         let encoding = self
             .tokenizer
             .encode(&text[start..], false)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
-        let prefix = hit.as_ref().map_or(&[][..], |(_, (ids, len))| &ids[..*len]);
         let base = prefix.len();
         // One allocation, shared by the request and the entries below.
         let ids: Arc<[u32]> = prefix.iter().chain(encoding.get_ids()).copied().collect();
