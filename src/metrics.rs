@@ -260,7 +260,7 @@ impl Metrics {
         let cache_decisions = IntGaugeVec::new(
             Opts::new(
                 "rolter_cache_aware_decisions",
-                "cache_aware picks by route and decision (affinity: kept on the warm target; spread: moved by the load guard; cold: by load) since the route's balancer was built (a reload restarts them).",
+                "cache_aware picks by route and decision (affinity: kept on its longest match; spread: moved off it by the load guard; cold: by load) since the route's balancer was built (a reload restarts them).",
             ),
             &["route", "decision"],
         )

@@ -22,9 +22,13 @@
 //!    the request stays there, unless that target's load is more than
 //!    [`CacheGuard::min_load`] (default 2) *and* more than
 //!    [`CacheGuard::load_ratio`] (default 1.5)× the least loaded eligible
-//!    target's; then it spreads to the least loaded eligible target (#1851:
-//!    a shared system prompt made one replica warm for everything and took
-//!    all the traffic);
+//!    target's (#1851: a shared system prompt made one replica warm for
+//!    everything and took all the traffic); then the next longest warm
+//!    match within the guard keeps it (a first turn whose tenant's system
+//!    prompt is warm on several replicas, a later turn whose history's
+//!    replica is busy while another holds the system prompt), and only when
+//!    no warm target is within the guard does it spread to the least loaded
+//!    eligible target;
 //! 3. a cold prompt goes to the least loaded eligible target, ties at
 //!    random — not to the smallest tree, which turns whichever replica has
 //!    learned least into a hot spot.
@@ -151,9 +155,10 @@ struct DecisionCounters {
 /// How a [`CacheAware`] balancer's picks were decided since it was built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheAwareDecisions {
-    /// Warm prompts kept on their longest-match target.
+    /// Warm prompts kept on their longest match.
     pub affinity: u64,
-    /// Warm prompts the load guard spread to the least loaded target.
+    /// Warm prompts the load guard moved off their longest match: to the
+    /// longest warm match within the guard, else the least loaded target.
     pub spread: u64,
     /// Cold prompts sent to the least loaded target.
     pub cold: u64,
@@ -277,18 +282,29 @@ impl LoadBalancer for CacheAware {
         let least_loaded = |i: usize| usable(i) && loads[i] == least;
 
         let chosen = if Self::is_warm(&prompt, best as usize) {
-            let longest = |i: usize| matched[i] == best;
-            let warm_load = (0..n)
-                .filter(|&i| longest(i))
-                .map(|i| loads[i])
-                .min()
-                .unwrap_or(least);
-            if self.guard_trips(warm_load.0, least.0) {
-                self.decisions.spread.fetch_add(1, Ordering::Relaxed);
-                self.uniform_among(n, least_loaded)
+            // The longest warm match whose target the guard lets keep it;
+            // past the longest, a shorter warm match (the tenant's system
+            // prompt without this user's history) still saves most of the
+            // prefill that the least loaded, cold target would redo.
+            let keeps = |i: usize| {
+                usable(i)
+                    && Self::is_warm(&prompt, matched[i] as usize)
+                    && !self.guard_trips(loads[i].0, least.0)
+            };
+            let kept = (0..n).filter(|&i| keeps(i)).map(|i| matched[i]).max();
+            let counter = if kept == Some(best) {
+                &self.decisions.affinity
             } else {
-                self.decisions.affinity.fetch_add(1, Ordering::Relaxed);
-                self.uniform_among(n, |i| longest(i) && loads[i] == warm_load)
+                &self.decisions.spread
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            match kept {
+                Some(kept) => {
+                    let tier = |i: usize| keeps(i) && matched[i] == kept;
+                    let lowest = (0..n).filter(|&i| tier(i)).map(|i| loads[i]).min();
+                    self.uniform_among(n, |i| tier(i) && Some(loads[i]) == lowest)
+                }
+                None => self.uniform_among(n, least_loaded),
             }
         } else {
             self.decisions.cold.fetch_add(1, Ordering::Relaxed);

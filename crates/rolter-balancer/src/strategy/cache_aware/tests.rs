@@ -84,6 +84,28 @@ fn warm_replica_spreads_past_guard() {
 }
 
 #[test]
+fn past_the_guard_a_shorter_warm_match_keeps_the_request_before_a_cold_target() {
+    let lb = CacheAware::from_seed(3, 1);
+    let system = system_prompt(6_000);
+    let history = format!("{system}{}", "Earlier turns of this chat. ".repeat(60));
+    // Target 0 served this conversation; target 1 another user of the same
+    // system prompt; target 2 nothing.
+    lb.observe(0, &ctx(&history));
+    lb.observe(1, &ctx(&with_question(&system, 0)));
+    let next = format!("{history}And a follow-up question.");
+    // Target 0 is past the guard (5 > 2 and > 1.5x 0); target 1 (2 waiting)
+    // is within it: the system prompt's blocks beat an idle cold target.
+    // Either way the guard moved it off its longest match: a spread.
+    assert_eq!(lb.pick(&ctx(&next), &[5, 2, 0]), Some(1));
+    // Both warm targets past it: only then the least loaded.
+    assert_eq!(lb.pick(&ctx(&next), &[5, 4, 0]), Some(2));
+    // Within the guard the longest match still wins over a less loaded one.
+    assert_eq!(lb.pick(&ctx(&next), &[2, 0, 0]), Some(0));
+    let decisions = lb.decisions();
+    assert_eq!((decisions.affinity, decisions.spread), (1, 2));
+}
+
+#[test]
 fn an_idle_ineligible_target_does_not_trip_the_guard() {
     let lb = CacheAware::from_seed(3, 1);
     let system = system_prompt(3_000);
