@@ -70,10 +70,10 @@ from pathlib import Path
 
 from fleet import REPO, Processes, SetupError, wait_until
 from quality_client import play
-from quality_fleet import QualityGateway, start_engines, subscribers_connected
+from quality_fleet import QualityGateway, calibrate, start_engines, subscribers_connected
 from quality_report import (
     DIAGNOSTICS, HEADER, clear_win, diagnostic_rows, engine_stats, fmt_ms, fmt_rate,
-    index_agreement, markdown, summarize, table_rows, text_table,
+    index_agreement, markdown, quality_targets, summarize, table_rows, text_table,
 )
 from quality_workload import BLOCK_SIZE, Settings, Workload, build_workload
 
@@ -97,7 +97,8 @@ def run_strategy(strategy: str, rolter: Path, work: Path, workload: Workload, s:
         engines = start_engines(rolter, work, processes, s)
         gateway = QualityGateway(rolter, work, processes, admin_token, grace_period_s=1)
         gateway.write_pingora_yaml()
-        gateway.write_routes(engines, s.strategies, s.tokenizer if s.text_only else None)
+        gateway.write_routes(engines, s.strategies, s.tokenizer if s.text_only else None,
+                             s.cache_aware_min_load)
         gateway.start()
         if not wait_until(15, lambda: subscribers_connected(gateway, engines), interval_s=0.2):
             log(start, f"{strategy}: warning: KV-event subscribers not all connected: "
@@ -117,7 +118,8 @@ def run_strategy(strategy: str, rolter: Path, work: Path, workload: Workload, s:
         summary["kv_index"] = index_agreement(evidence["kv_indexes"], summary["engines"])
         summary["samples"] = [
             {k: r.get(k) for k in ("conversation", "turn", "target", "prompt_tokens",
-                                    "cached_tokens", "ttft_ms", "latency_ms", "error")}
+                                    "cached_tokens", "ceiling_cached", "ttft_ms", "latency_ms",
+                                    "queue_ms", "error")}
             for r in records
         ]
         for sample, record in zip(summary["samples"], records):
@@ -182,6 +184,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         preamble_tokens=pick(args.preamble_tokens, 300, 150),
         tokenizer=None if args.tokenizer == "simulated" else str(Path(args.tokenizer).resolve()),
         text_only=args.text_only,
+        cache_aware_min_load=args.cache_aware_min_load,
     )
 
 
@@ -215,6 +218,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tokenizer", default=str(DEMO_TOKENIZER),
                    help="the model directory the engines tokenize with; "
                         "`simulated`: the fake engine's own word tokenizer")
+    p.add_argument("--cache-aware-min-load", type=int,
+                   help="the cache_aware route's `cache_guard.min_load` (default: the strategy's, 2); "
+                        "an engine prefilling k requests at once queues a new one only past k")
     p.add_argument("--text-only", action="store_true",
                    help="clients send text only; the routes tokenize with --tokenizer (not `simulated`)")
     p.add_argument("--results", default=str(DEFAULT_RESULTS), help="directory for the JSON and Markdown results")
@@ -237,11 +243,16 @@ def on_signal(signum, _frame) -> None:
 def run(args: argparse.Namespace) -> int:
     rolter = find_rolter(args.rolter)
     s = settings_from(args)
-    workload = build_workload(s)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rolter-quality-"))
+    try:
+        s.tokens_per_word = calibrate(rolter, work / "calibration", s)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    workload = build_workload(s)
     admin_token = secrets.token_urlsafe(24)
     stop = threading.Event()
     start = time.monotonic()
@@ -252,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
         f"rolter quality: rolter={rolter} work={work} strategies={','.join(s.strategies)}\n"
         f"workload: {s.tenants} tenants x ~{s.system_tokens}-token system prompt, "
         f"{s.users_per_tenant} users each, {len(workload.conversations)} conversations, "
-        f"{workload.requests()} requests per strategy, concurrency {s.concurrency}, seed {s.seed}",
+        f"{workload.requests()} requests per strategy, concurrency {s.concurrency}, seed {s.seed}; "
+        f"sizes in the engines' tokens ({s.tokens_per_word:.2f} per word of the text)",
         flush=True,
     )
     try:
@@ -303,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
             f" (hit rate {v['hit_rate_points_over_best_load_only']:+} points,"
             f" TTFT p50 x{v['ttft_p50_vs_best_load_only']})"
         )
+    for t in quality_targets(results):
+        print(f"target: {t['target']}: {t['measured']}, {'met' if t['met'] else 'MISSED'}")
     md_path = results_dir / f"quality-{stamp}.md"
     json_path = results_dir / f"quality-{stamp}.json"
     md_path.write_text(markdown(results, verdicts, s, workload, stamp, rolter))
@@ -317,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
             },
             "results": results,
             "verdicts": verdicts,
+            "targets": quality_targets(results),
             "gateway": evidence,
             "elapsed_s": round(time.monotonic() - start, 1),
         },

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from fleet import Gateway, Processes, SetupError, http, wait_until
-from quality_workload import BLOCK_SIZE, Settings
+from quality_workload import BLOCK_SIZE, Settings, calibration_text
 
 # The model the routes forward; the engines serve any.
 UPSTREAM_MODEL = "fake-model"
@@ -67,11 +69,45 @@ def start_engines(rolter: Path, work: Path, processes: Processes, s: Settings) -
     return engines
 
 
+def calibrate(rolter: Path, work: Path, s: Settings) -> float:
+    """Tokens of `s.tokenizer` per word of the workload's text: one engine
+    with that model directory tokenizes a sample (a small vocabulary cuts
+    the workload's invented words into several tokens each, and the sizes
+    of the settings are meant in the engines' tokens)."""
+    if not s.tokenizer:
+        return 1.0
+    work.mkdir(parents=True)
+    processes = Processes()
+    try:
+        engine = start_engines(rolter, work, processes, dataclasses.replace(s, engines=1))[0]
+        text, words = calibration_text(s)
+        body = json.dumps({"model": UPSTREAM_MODEL, "prompt": text})
+        status, answer = http_json("POST", f"{engine.url}/tokenize", body)
+        if status != 200 or not isinstance(answer, dict) or not answer.get("count"):
+            raise SetupError(f"calibration: {engine.name}'s /tokenize answered {status}: {str(answer)[:200]}")
+        return answer["count"] / words
+    finally:
+        processes.stop_all()
+
+
+def http_json(method: str, url: str, body: str) -> tuple[int | None, object]:
+    """(status, decoded JSON body) of a request with a JSON body."""
+    request = urllib.request.Request(url, data=body.encode(), method=method,
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()[:300]
+    except (OSError, ValueError) as e:
+        return None, str(e)
+
+
 class QualityGateway(Gateway):
     """The gateway with one route per strategy over every engine."""
 
     def write_routes(self, engines: list[Engine], strategies: list[str],
-                     tokenizer: str | None = None) -> None:
+                     tokenizer: str | None = None, cache_aware_min_load: int | None = None) -> None:
         providers = "".join(
             f'[[providers]]\nname = "{e.name}"\nbase_url = "{e.url}"\n\n'
             f"[providers.kv_events]\n"
@@ -82,8 +118,15 @@ class QualityGateway(Gateway):
         )
         targets = ", ".join(f'{{ provider = "{e.name}", model = "{UPSTREAM_MODEL}" }}' for e in engines)
         tokenize = f'tokenizer = "{tokenizer}"\n' if tokenizer else ""
+
+        def guard(strategy: str) -> str:
+            if strategy != "cache_aware" or cache_aware_min_load is None:
+                return ""
+            return f"cache_guard = {{ min_load = {cache_aware_min_load} }}\n"
+
         routes = "".join(
-            f'[[routes]]\nmodel = "{strategy}"\nstrategy = "{strategy}"\n{tokenize}targets = [{targets}]\n\n'
+            f'[[routes]]\nmodel = "{strategy}"\nstrategy = "{strategy}"\n{tokenize}{guard(strategy)}'
+            f"targets = [{targets}]\n\n"
             for strategy in strategies
         )
         self.toml.write_text(

@@ -34,7 +34,9 @@ def percentile(values: list[float], q: float) -> float | None:
 def ceiling_hit_rate(records: list[dict], block_size: int) -> float | None:
     """The hit rate of one engine with an unbounded cache serving every
     request in the order they were sent: what perfect affinity with no
-    eviction would reach (the first sight of every prefix is a miss)."""
+    eviction would reach (the first sight of every prefix is a miss). Each
+    record gets its own share as `ceiling_cached` (tokens), the baseline a
+    request's own `cached_tokens` is compared with."""
     seen: set[int] = set()
     prompt = cached = 0
     for r in sorted((r for r in records if r["ok"]), key=lambda r: r["sent"]):
@@ -46,6 +48,7 @@ def ceiling_hit_rate(records: list[dict], block_size: int) -> float | None:
         while hit < min(limit, len(blocks)) and blocks[hit] in seen:
             hit += 1
         seen.update(blocks)
+        r["ceiling_cached"] = hit * block_size
         prompt += r["prompt_tokens"]
         cached += hit * block_size
     return cached / prompt if prompt else None
@@ -164,6 +167,48 @@ def clear_win(results: dict[str, dict]) -> dict[str, dict]:
     return verdicts
 
 
+# The routing-quality targets (issue 15, item 9): precise_cache_aware's hit
+# rate against the one-cache ceiling, cache_aware's TTFT p90 against
+# precise_cache_aware's, and both against round robin's.
+TARGET_PRECISE_OF_CEILING = 0.97
+TARGET_CACHE_AWARE_P90_VS_PRECISE = 1.5
+TARGET_P90_BETTER_THAN_ROUND_ROBIN = 3.0
+
+
+def quality_targets(results: dict[str, dict]) -> list[dict]:
+    """Each target the measured strategies allow to judge: what it asks,
+    what was measured, and whether it was met."""
+    def p90(strategy: str) -> float | None:
+        r = results.get(strategy)
+        return r["ttft_ms"]["p90"] if r and r["ok"] else None
+
+    targets = []
+    precise = results.get("precise_cache_aware")
+    if precise and precise["hit_rate"] is not None and precise.get("ceiling_hit_rate"):
+        share = precise["hit_rate"] / precise["ceiling_hit_rate"]
+        targets.append({
+            "target": f"precise_cache_aware hit rate >= {TARGET_PRECISE_OF_CEILING:.0%} of the one-cache ceiling",
+            "measured": f"{share:.1%}",
+            "met": share >= TARGET_PRECISE_OF_CEILING,
+        })
+    if p90("cache_aware") and p90("precise_cache_aware"):
+        ratio = p90("cache_aware") / p90("precise_cache_aware")
+        targets.append({
+            "target": f"cache_aware TTFT p90 <= {TARGET_CACHE_AWARE_P90_VS_PRECISE}x precise_cache_aware's",
+            "measured": f"{ratio:.2f}x",
+            "met": ratio <= TARGET_CACHE_AWARE_P90_VS_PRECISE,
+        })
+    for strategy in CACHE_AWARE:
+        if p90(strategy) and p90("round_robin"):
+            better = p90("round_robin") / p90(strategy)
+            targets.append({
+                "target": f"{strategy} TTFT p90 >= {TARGET_P90_BETTER_THAN_ROUND_ROBIN:.0f}x better than round_robin's",
+                "measured": f"{better:.2f}x",
+                "met": better >= TARGET_P90_BETTER_THAN_ROUND_ROBIN,
+            })
+    return targets
+
+
 # --- reporting -------------------------------------------------------------------
 
 
@@ -243,7 +288,9 @@ def markdown(results: dict[str, dict], verdicts: dict, s: Settings, workload: Wo
         f"{len(workload.conversations)} conversations of {s.turns_min}-{s.turns_max} turns "
         f"({s.message_tokens_min}-{s.message_tokens_max}-token messages, "
         f"{s.answer_tokens_min}-{s.answer_tokens_max}-token answers), "
-        f"{workload.requests()} streamed chat completions per strategy, {s.concurrency} at a time.",
+        f"{workload.requests()} streamed chat completions per strategy, {s.concurrency} at a time. "
+        f"Sizes are in the engines' tokens: the generated text is scaled by the "
+        f"{s.tokens_per_word:.2f} tokens per word the engines' tokenizer measured.",
         "",
         f"Tenants are picked with weight 1/(t+1)^{s.tenant_skew}; every system prompt starts with a "
         f"~{s.preamble_tokens}-token preamble shared by all tenants.",
@@ -254,6 +301,8 @@ def markdown(results: dict[str, dict], verdicts: dict, s: Settings, workload: Wo
         f"--prefill-slots {s.prefill_slots} --decode-slowdown-pct {s.decode_slowdown_pct}"
         + (f" --tokenizer {Path(s.tokenizer).name}" if s.tokenizer else "")
         + f"` and KV events; one `rolter serve` ({rolter.relative_to(REPO) if rolter.is_relative_to(REPO) else rolter}). "
+        + (f"The cache_aware route sets `cache_guard = {{ min_load = {s.cache_aware_min_load} }}`. "
+           if s.cache_aware_min_load is not None else "")
         + ("Clients send text only: every route tokenizes with the engines' model directory."
            if s.text_only else "Clients send the engines' token ids in `x-rolter-token-ids`."),
         "",
@@ -279,4 +328,8 @@ def markdown(results: dict[str, dict], verdicts: dict, s: Settings, workload: Wo
                 f"(hit rate {v['hit_rate_points_over_best_load_only']:+} points, "
                 f"TTFT p50 x{v['ttft_p50_vs_best_load_only']})"
             )
+    targets = quality_targets(results)
+    if targets:
+        lines += ["", "Targets:", ""]
+        lines += [f"- {t['target']}: {t['measured']}, {'met' if t['met'] else 'MISSED'}" for t in targets]
     return "\n".join(lines) + "\n"

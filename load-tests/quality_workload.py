@@ -46,6 +46,12 @@ class Settings:
     tokenizer: str | None = None
     # Clients send text only: the routes tokenize with `tokenizer`.
     text_only: bool = False
+    # Tokens of the engines' tokenizer per word or punctuation mark of the
+    # generated text (1.0 for the simulated tokenizer; measured for a model
+    # directory), so that every size above is in the engines' tokens.
+    tokens_per_word: float = 1.0
+    # The cache_aware route's `cache_guard.min_load` (None: the default).
+    cache_aware_min_load: int | None = None
 
 
 @dataclasses.dataclass
@@ -73,16 +79,20 @@ class Workload:
 
 class Words:
     """Seeded filler text whose token count is known: every word is 2-9
-    letters (one token of the engine's tokenizer, which cuts letter runs at
-    10) and every punctuation mark one token."""
+    letters (one token of the simulated tokenizer, which cuts letter runs at
+    10) and every punctuation mark one token. A model directory's tokenizer
+    cuts these words into several tokens each: `tokens_per_word` (measured,
+    see `calibrate`) scales the text so that its size is still counted in
+    the engines' tokens."""
 
     SYLLABLES = [
         "ka", "lo", "mi", "ren", "sta", "vor", "qui", "bel", "dan", "est",
         "for", "gal", "hin", "jot", "lux", "mor", "nev", "pra", "sil", "tur",
     ]
 
-    def __init__(self, rng: random.Random, size: int = 3000):
+    def __init__(self, rng: random.Random, size: int = 3000, tokens_per_word: float = 1.0):
         self.rng = rng
+        self.tokens_per_word = tokens_per_word
         vocabulary = set()
         while len(vocabulary) < size:
             word = "".join(rng.choice(self.SYLLABLES) for _ in range(rng.randint(1, 3)))
@@ -90,11 +100,12 @@ class Words:
         self.vocabulary = sorted(vocabulary)
 
     def text(self, tokens: int) -> str:
-        """About `tokens` tokens of sentences (exactly, give or take the
-        final period)."""
+        """About `tokens` tokens of sentences (exactly with the simulated
+        tokenizer, give or take the final period)."""
         out: list[str] = []
         count = 0
-        while count < tokens:
+        words = tokens / self.tokens_per_word
+        while count < words:
             length = self.rng.randint(6, 18)
             sentence = [self.rng.choice(self.vocabulary) for _ in range(length)]
             if length > 10 and self.rng.random() < 0.5:
@@ -108,7 +119,7 @@ class Words:
 def build_workload(s: Settings) -> Workload:
     """The same conversations, in the same order, for every strategy."""
     rng = random.Random(s.seed)
-    words = Words(rng)
+    words = Words(rng, tokens_per_word=s.tokens_per_word)
     preamble = words.text(s.preamble_tokens) + "\n" if s.preamble_tokens > 0 else ""
     system_prompts = [
         preamble
@@ -136,6 +147,13 @@ def build_workload(s: Settings) -> Workload:
         conversations.append(Conversation(len(conversations), tenant, user, turns))
         total += n
     return Workload(system_prompts, conversations)
+
+
+def calibration_text(s: Settings, words: int = 3000) -> tuple[str, int]:
+    """Text of the workload's vocabulary and its size in the simulated
+    tokenizer's tokens: what `calibrate` tokenizes with the model directory."""
+    sample = Words(random.Random(s.seed)).text(words)
+    return sample, len(sample.split()) + sum(sample.count(p) for p in ",.")
 
 
 def expected_answer(tokens: int) -> str:
