@@ -62,14 +62,19 @@ bench:
 	$(CARGO) bench --locked -p rolter-tokenize
 	$(CARGO) bench --locked -p rolter --bench flow
 
-# The gateway side by side with nginx and the engine direct, on the same
-# pinned cores (load-tests/compare.py; ~18 min, BENCH_ARGS=--quick for a
-# 2-minute smoke run): one table in load-tests/results/compare-<time>.md.
-# A measurement, so not part of `make test`. Debian's nginx package may
-# start a system nginx on port 80; the benchmark runs its own on free ports.
+# The gateway side by side with nginx, a bare Pingora passthrough and the
+# engine direct, on the same pinned cores (load-tests/compare.py; ~22 min,
+# BENCH_ARGS=--quick for a 3-minute smoke run): one table in
+# load-tests/results/compare-<time>.md. A measurement, so not part of `make
+# test`. Debian's nginx package may start a system nginx on port 80; the
+# benchmark runs its own on free ports. The saturation rows drive the
+# proxies with wrk and use load-tests/bench-servers (the bare Pingora built
+# from the published crates, and a minimal SSE upstream), its own workspace.
 bench-gateway: deps
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
+	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
 	$(CARGO) build --release --locked
+	$(CARGO) build --release --locked --manifest-path load-tests/bench-servers/Cargo.toml --target-dir target/bench-servers
 	ROLTER_BENCH_COMMAND='make bench-gateway$(if $(BENCH_ARGS), BENCH_ARGS="$(BENCH_ARGS)")' python3 load-tests/compare.py $(BENCH_ARGS)
 
 # Where rolter's CPU goes next to nginx's, under the same workloads (perf

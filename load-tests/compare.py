@@ -53,6 +53,7 @@ from pathlib import Path
 from compare_report import aggregate, markdown, targets
 from compare_scenarios import Cell, MeasurementError, Plan, Scenario, scenarios
 from compare_targets import (
+    BarePingora,
     Direct,
     Engine,
     Nginx,
@@ -62,7 +63,10 @@ from compare_targets import (
     cpu_seconds,
     find_nginx,
     nofile_limit,
+    bench_server,
     start_fake_llm,
+    start_return_nginx,
+    start_sse_upstream,
     start_stamp_engine,
 )
 from fleet import REPO, Processes, SetupError
@@ -172,13 +176,22 @@ class Fleet:
     stream: Engine
     hold: Engine
     stamp: Engine
+    # The saturation rows' upstreams, started only for them.
+    ret: Engine | None = None
+    sse: Engine | None = None
+
+    def all(self) -> list[Engine]:
+        return [e for e in (*self.fast, self.stream, self.hold, self.stamp, self.ret, self.sse) if e]
 
     def pids(self) -> list[int]:
-        return [e.process.pid for e in (*self.fast, self.stream, self.hold, self.stamp)]
+        return [e.process.pid for e in self.all()]
 
     def for_scenario(self, scenario: Scenario) -> list[Engine]:
-        return {"fast": self.fast[:1], "stream": [self.stream], "hold": [self.hold],
-                "stamp": [self.stamp]}[scenario.engine]
+        chosen = {"fast": self.fast[:1], "stream": [self.stream], "hold": [self.hold],
+                  "stamp": [self.stamp], "return": [self.ret], "sse-upstream": [self.sse]}[scenario.engine]
+        if None in chosen:
+            raise SetupError(f"{scenario.name}: its upstream was not started")
+        return chosen
 
 
 def make_target(config: str, scenario: Scenario, fleet: Fleet, ctx: dict) -> Target:
@@ -192,6 +205,9 @@ def make_target(config: str, scenario: Scenario, fleet: Fleet, ctx: dict) -> Tar
                      engines, pids, request_buffering=config == "nginx")
     if config == "rolter":
         return Rolter(name, ctx["rolter"], ctx["work"], ctx["processes"], ctx["proxy_cpus"], engines, pids)
+    if config == "pingora":
+        return BarePingora(name, bench_server("bare-pingora"), ctx["work"], ctx["processes"],
+                           ctx["proxy_cpus"], engines, pids)
     if config == "rolter-rr3":
         return Rolter(name, ctx["rolter"], ctx["work"], ctx["processes"], ctx["proxy_cpus"],
                       fleet.fast[:3], pids, strategy="round_robin")
@@ -325,7 +341,15 @@ def run(args: argparse.Namespace, start: float) -> int:
         )
         ctx = {"plan": plan, "k6": k6, "nginx": nginx, "rolter": rolter, "work": work,
                "processes": processes, "proxy_cpus": proxy_cpus, "client_cpus": client_cpus}
-        log(start, f"engines up: {', '.join(f'{e.name} {e.url}' for e in (*fleet.fast, fleet.stream, fleet.hold, fleet.stamp))}")
+        names = {s.name for s in chosen}
+        if names & {"sat-chat", "sat-sse"} and not shutil.which("wrk"):
+            raise SetupError("wrk not found: `make bench-gateway` installs it (apt-get install wrk)")
+        if "sat-chat" in names:
+            fleet.ret = start_return_nginx(nginx, work, processes, client_cpus)
+        if "sat-sse" in names:
+            fleet.sse = start_sse_upstream(bench_server("sse-upstream"), work, processes,
+                                           client_cpus, plan.sat_chunks)
+        log(start, f"engines up: {', '.join(f'{e.name} {e.url}' for e in fleet.all())}")
         for round_no in range(1, plan.rounds + 1):
             load_rounds.append(os.getloadavg())
             for scenario in (s for s in chosen if s.every_round):

@@ -5,7 +5,8 @@ proxy. Each workload returns the same few numbers (requests, requests/s,
 latency percentiles, failures) so the report can put them in one table.
 
   throughput  k6 `bench.js` MODE=throughput: closed loop, non-streaming chat.
-  latency     k6 MODE=latency: fixed arrival rate (2,000/s), non-streaming.
+  latency     k6 MODE=latency: fixed arrival rate (1,000/s, which the
+              generator's core sustains for every configuration), non-streaming.
   sse         k6 MODE=stream: many concurrent long SSE streams (fake-llm,
               50 ms per token); the unit is a stream.
   chunks      `sse_clients.py chunks` against `sse_stamp_engine.py`: the
@@ -17,6 +18,13 @@ latency percentiles, failures) so the report can put them in one table.
               as the descriptor limit allows), the proxy's memory at the peak.
   soak        k6 `steady.js` (chat at a fixed rate + long streams) for a
               bounded time, once per proxy: errors, latency, memory growth.
+  sat-chat, sat-sse
+              saturation: wrk (`wrk_chat.lua`) closed loop with enough
+              connections to keep the proxy's one core busy, against an
+              upstream that costs next to nothing (nginx `return 200`; the
+              Rust `sse-upstream` for a stream of `sat_chunks` events); nginx,
+              the bare Pingora passthrough and rolter: proxy CPU per request
+              and requests/s per core.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from fleet import Processes, SetupError
 
 HERE = Path(__file__).resolve().parent
 BENCH_JS = HERE / "bench.js"
+WRK_SCRIPT = HERE / "wrk_chat.lua"
 STEADY_JS = HERE / "steady.js"
 SSE_CLIENTS = HERE / "sse_clients.py"
 PYTHON = os.environ.get("PYTHON", "python3")
@@ -67,27 +76,32 @@ class Plan:
     soak_rate: int
     soak_streams: int
     variants: bool  # nginx with request buffering off, rolter over 3 targets
+    sat_connections: int  # wrk's connections in the saturation rows
+    sat_duration_s: float
+    sat_chunks: int  # events of the saturation rows' stream
 
     @staticmethod
     def full() -> "Plan":
         return Plan(
-            rounds=3, warmup_s=2, duration_s=8, vus=32, rate=2000, chat_tokens=16,
+            rounds=3, warmup_s=2, duration_s=8, vus=32, rate=1000, chat_tokens=16,
             sse_streams=1000, sse_tokens=80, sse_token_delay_ms=50, sse_duration_s=8,
             chunk_streams=100, chunk_tokens=50, chunk_interval_ms=20, chunk_duration_s=8,
             large_sizes=(262144, 4194304),
             hold_streams=10000, hold_tokens=12, hold_token_delay_ms=1000, hold_ramp=2000,
             soak_s=90, soak_rate=300, soak_streams=100, variants=True,
+            sat_connections=32, sat_duration_s=8, sat_chunks=20,
         )
 
     @staticmethod
     def quick() -> "Plan":
         return Plan(
-            rounds=1, warmup_s=1, duration_s=3, vus=32, rate=2000, chat_tokens=16,
+            rounds=1, warmup_s=1, duration_s=3, vus=32, rate=1000, chat_tokens=16,
             sse_streams=200, sse_tokens=30, sse_token_delay_ms=50, sse_duration_s=3,
             chunk_streams=50, chunk_tokens=50, chunk_interval_ms=20, chunk_duration_s=3,
             large_sizes=(262144, 4194304),
             hold_streams=1000, hold_tokens=5, hold_token_delay_ms=1000, hold_ramp=2000,
             soak_s=6, soak_rate=200, soak_streams=20, variants=False,
+            sat_connections=32, sat_duration_s=3, sat_chunks=20,
         )
 
 
@@ -184,6 +198,62 @@ def run_client(cell: Cell, args: list[str], seconds: float, tag: str, on_line=No
     raise MeasurementError(
         f"client ({tag}) printed no result:\n" + "\n".join(process.log_tail(15))
     )
+
+
+def run_wrk(cell: Cell, stream: bool, seconds: float, tag: str) -> dict:
+    """Runs wrk with `wrk_chat.lua` on the client cores (one thread,
+    `sat_connections` connections); returns the script's JSON line."""
+    out = cell.work / f"wrk-{tag}.out"
+    out.unlink(missing_ok=True)
+    process = cell.processes.spawn(
+        f"wrk-{tag}",
+        pinned(cell.client_cpus, [
+            "wrk", "-t1", f"-c{cell.plan.sat_connections}", f"-d{seconds:g}s", "--timeout", "10s",
+            "-s", str(WRK_SCRIPT), cell.target.url,
+        ]),
+        cell.work / f"wrk-{tag}.log",
+        env=dict(os.environ, WRK_MODEL="chat", WRK_STREAM="1" if stream else "0"),
+        stdout=out,
+    )
+    code = process.wait_exit(seconds + 30)
+    if code is None:
+        process.popen.kill()
+        process.wait_exit(5)
+        raise MeasurementError(f"wrk ({tag}) still running {seconds + 30:.0f} s after it started")
+    lines = out.read_text(errors="replace").splitlines() if out.exists() else []
+    for line in reversed(lines):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise MeasurementError(f"wrk ({tag}) exited {code} without a result:\n" + "\n".join(process.log_tail(15)))
+
+
+def measure_saturation(stream: bool):
+    """A cell measured by one wrk run after a warm-up run: the proxy's CPU
+    per request at saturation (a stream counts as one request here; the
+    report divides by its chunks)."""
+
+    def measure(cell: Cell) -> dict:
+        plan = cell.plan
+        tag = f"{cell.scenario.name}-{cell.target.name}-r{cell.round}"
+        run_wrk(cell, stream, plan.warmup_s, tag + "-warm")
+        before = cell.target.meter.read()
+        result = run_wrk(cell, stream, plan.sat_duration_s, tag)
+        after = cell.target.meter.read()
+        seconds = result["duration_us"] / 1e6
+        failures = sum(result[k] for k in ("connect_errors", "read_errors", "write_errors",
+                                           "timeouts", "non_2xx"))
+        return {
+            "requests": result["requests"],
+            "rps": result["requests"] / seconds if seconds else 0,
+            "p50": result["p50_us"] / 1000,
+            "p95": result["p90_us"] / 1000,  # wrk reports p90; the table's p95 column shows it
+            "p99": result["p99_us"] / 1000,
+            "max": result["max_us"] / 1000,
+            "failures": failures,
+            "counters": window(before, after),
+        }
+
+    return measure
 
 
 class MeasurementError(Exception):
@@ -409,6 +479,22 @@ def scenarios(plan: Plan) -> list[Scenario]:
                            lambda p: p.duration_s),
             )
         )
+    out.append(
+        Scenario(
+            "sat-chat",
+            f"saturation: chat, wrk closed loop, {plan.sat_connections} connections, "
+            "upstream nginx `return 200`",
+            "request", "return", ["nginx", "pingora", "rolter"], measure_saturation(stream=False),
+        )
+    )
+    out.append(
+        Scenario(
+            "sat-sse",
+            f"saturation: {plan.sat_chunks}-event SSE stream, wrk closed loop, "
+            f"{plan.sat_connections} connections, upstream `sse-upstream`",
+            "stream", "sse-upstream", ["nginx", "pingora", "rolter"], measure_saturation(stream=True),
+        )
+    )
     out.append(
         Scenario(
             "streams-10k",

@@ -23,6 +23,8 @@ from fleet import REPO, Process, Processes, SetupError, free_port, http, wait_un
 
 HERE = Path(__file__).resolve().parent
 NGINX_TEMPLATE = HERE / "compare_nginx.conf.in"
+UPSTREAM_NGINX_TEMPLATE = HERE / "compare_upstream_nginx.conf.in"
+BENCH_SERVERS = REPO / "target" / "bench-servers" / "release"
 STAMP_ENGINE = HERE / "sse_stamp_engine.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -220,6 +222,54 @@ def start_stamp_engine(
     return Engine("stamp", _printed_address(stdout, process), process)
 
 
+def start_return_nginx(nginx: str, work: Path, processes: Processes, cpus: list[int]) -> Engine:
+    """nginx answering every request with one chat completion from memory
+    (`compare_upstream_nginx.conf.in`): the saturation rows' JSON upstream."""
+    prefix = work / "upstream-nginx"
+    prefix.mkdir(parents=True, exist_ok=True)
+    listen = f"127.0.0.1:{free_port()}"
+    values = {
+        "USER": f"user {os.environ.get('USER') or 'root'};" if os.geteuid() == 0 else "",
+        "PREFIX": str(prefix),
+        "LISTEN": listen,
+    }
+    text = UPSTREAM_NGINX_TEMPLATE.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    conf = prefix / "nginx.conf"
+    conf.write_text(text)
+    process = processes.spawn(
+        "upstream-nginx",
+        pinned(cpus, [nginx, "-p", str(prefix), "-c", str(conf)]),
+        prefix / "stderr.log",
+        stop_signal=signal.SIGTERM,
+    )
+    url = f"http://{listen}"
+
+    def up() -> bool:
+        status, _ = http("GET", f"{url}/v1/models", timeout_s=2)
+        return status == 200 or not process.alive()
+
+    if not wait_until(10, up) or not process.alive():
+        raise SetupError("the upstream nginx did not start:\n" + "\n".join(process.log_tail(20)))
+    return Engine("upstream-nginx", url, process)
+
+
+def start_sse_upstream(binary: Path, work: Path, processes: Processes, cpus: list[int],
+                       chunks: int) -> Engine:
+    """`sse-upstream` (bench-servers): every request answered with the same
+    SSE stream of `chunks` events: the saturation rows' stream upstream."""
+    name = f"sse-upstream-{chunks}"
+    stdout = work / f"{name}.out"
+    process = processes.spawn(
+        name,
+        pinned(cpus, [str(binary), "--listen", "127.0.0.1:0", "--chunks", str(chunks)]),
+        work / f"{name}.log",
+        stdout=stdout,
+    )
+    return Engine(name, _printed_address(stdout, process), process)
+
+
 # --- the configurations --------------------------------------------------------
 
 
@@ -352,17 +402,7 @@ class Rolter(Target):
     def write_files(self) -> tuple[Path, Path]:
         self.dir.mkdir(parents=True, exist_ok=True)
         yaml = self.dir / "pingora.yaml"
-        # conf/pingora.yaml's settings, with as many threads as cores given.
-        yaml.write_text(
-            "---\nversion: 1\n"
-            f"threads: {len(self.cpus)}\n"
-            "work_stealing: true\n"
-            f"pid_file: {self.dir / 'rolter.pid'}\n"
-            f"upgrade_sock: {self.dir / 'upgrade.sock'}\n"
-            "grace_period_seconds: 1\n"
-            "graceful_shutdown_timeout_seconds: 2\n"
-            "upstream_keepalive_pool_size: 1024\n"
-        )
+        yaml.write_text(pingora_yaml(self.dir, len(self.cpus)))
         providers = "".join(
             f'[[providers]]\nname = "{e.name}"\nbase_url = "{e.url}"\n\n' for e in self.engines
         )
@@ -413,6 +453,77 @@ class Rolter(Target):
         self.process = None
 
 
+class BarePingora(Target):
+    """`bare-pingora` (bench-servers): the published Pingora 0.9.1 forwarding
+    every request to the first engine and doing nothing else, with the
+    gateway's Pingora settings (threads, work stealing, keep-alive pool)."""
+
+    def __init__(self, name: str, binary: Path, work: Path, processes: Processes,
+                 cpus: list[int], engines: list[Engine], engine_pids: list[int]):
+        self.name = name
+        self.binary = binary
+        self.processes = processes
+        self.cpus = cpus
+        self.upstream = engines[0].url.removeprefix("http://")
+        self.dir = work / name
+        self.listen = f"127.0.0.1:{free_port()}"
+        self.url = f"http://{self.listen}"
+        self.process: Process | None = None
+        self.meter = Meter(None, engine_pids)
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        yaml = self.dir / "pingora.yaml"
+        yaml.write_text(pingora_yaml(self.dir, len(self.cpus)))
+        env = dict(os.environ, BARE_LISTEN=self.listen, BARE_UPSTREAM=self.upstream)
+        self.process = self.processes.spawn(
+            self.name,
+            pinned(self.cpus, [str(self.binary), "-c", str(yaml)]),
+            self.dir / "stderr.log",
+            env=env,
+            stop_signal=signal.SIGINT,
+        )
+        process = self.process
+
+        def up() -> bool:
+            status, _ = http("GET", f"{self.url}/v1/models", timeout_s=2)
+            return status == 200 or not process.alive()
+
+        if not wait_until(10, up) or not process.alive():
+            raise SetupError(f"{self.name} did not start:\n" + "\n".join(process.log_tail(20)))
+        self.meter = Meter(process.pid, self.meter.engine_pids)
+
+    def stop(self) -> None:
+        stop(self.process, signal.SIGINT)
+        self.process = None
+
+
+def pingora_yaml(directory: Path, threads: int) -> str:
+    """The Pingora settings of every Pingora-based proxy of the benchmark
+    (conf/pingora.yaml's, with as many threads as cores given)."""
+    return (
+        "---\nversion: 1\n"
+        f"threads: {threads}\n"
+        "work_stealing: false\n"
+        f"pid_file: {directory / 'pingora.pid'}\n"
+        f"upgrade_sock: {directory / 'upgrade.sock'}\n"
+        "grace_period_seconds: 1\n"
+        "graceful_shutdown_timeout_seconds: 2\n"
+        "upstream_keepalive_pool_size: 1024\n"
+    )
+
+
+def bench_server(name: str) -> Path:
+    """A binary of `load-tests/bench-servers`, which `make bench-gateway` builds."""
+    path = BENCH_SERVERS / name
+    if not path.is_file():
+        raise SetupError(
+            f"{path} is missing: `make bench-gateway` builds it (cargo build --release "
+            "--manifest-path load-tests/bench-servers/Cargo.toml --target-dir target/bench-servers)"
+        )
+    return path
+
+
 def stop(process: Process | None, signum: int, wait_s: float = 5.0) -> None:
     if process is None or not process.alive():
         return
@@ -445,16 +556,20 @@ def nofile_limit() -> int:
 
 __all__ = [
     "REPO",
+    "BarePingora",
     "Direct",
     "Engine",
     "Meter",
     "Nginx",
     "Rolter",
     "Target",
+    "bench_server",
     "find_nginx",
     "nofile_limit",
     "pinned",
     "start_fake_llm",
+    "start_return_nginx",
+    "start_sse_upstream",
     "start_stamp_engine",
     "window",
 ]
