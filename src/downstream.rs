@@ -66,6 +66,10 @@ use tokio::time::Instant;
 use crate::config;
 use crate::state::GatewayState;
 
+/// The most of a kept-alive connection's next request read while waiting for
+/// it: a chat request's header and body, typically.
+const PEEK_BYTES: usize = 16 * 1024;
+
 /// The HTTP/2 connection preface (RFC 9113 §3.4), as Pingora looks for it.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -325,14 +329,15 @@ async fn header_deadline(deadline: Instant) {
 /// Waits up to `keepalive` for the first byte of the next request.
 async fn next_request(stream: &mut Stream, keepalive: Duration, shutdown: &ShutdownWatch) -> Idle {
     let mut shutdown = shutdown.clone();
-    // One byte: the peek either completes or reads nothing, so dropping it
-    // at the timeout loses no data.
-    let mut first = [0u8; 1];
+    // What has arrived is read and put back for Pingora's header read, so
+    // the wait costs no system call of its own (a one-byte peek did, on
+    // every request); the read either completes within one poll or reads
+    // nothing, so dropping it at the timeout loses no data.
     tokio::select! {
-        peeked = tokio::time::timeout(keepalive, stream.try_peek(&mut first)) => match peeked {
-            Ok(Ok(true)) => Idle::Request,
-            Ok(Ok(false)) => Idle::NoPeek,
-            Ok(Err(_)) | Err(_) => Idle::Closed,
+        peeked = tokio::time::timeout(keepalive, stream.try_peek_available(PEEK_BYTES)) => match peeked {
+            Ok(Ok(Some(n))) if n > 0 => Idle::Request,
+            Ok(Ok(None)) => Idle::NoPeek,
+            Ok(Ok(Some(_)) | Err(_)) | Err(_) => Idle::Closed,
         },
         // Idle connections close when the server stops, as in Pingora.
         _ = shutdown.wait_for(|stopping| *stopping) => Idle::Closed,

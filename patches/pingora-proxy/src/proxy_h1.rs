@@ -119,7 +119,19 @@ where
 
         debug!("Sending header to upstream {:?}", req);
 
-        match client_session.write_request_header(Box::new(req)).await {
+        // rolter patch: a body already read whole (a filter read it to route
+        // on it) goes out with the header in one vectored write; a body
+        // still arriving keeps the header's own write, so the upstream sees
+        // the header at once.
+        let body_in_hand = session.as_mut().is_body_done() && !session.as_mut().is_body_empty();
+        let written = if body_in_hand {
+            client_session
+                .write_request_header_deferred(Box::new(req))
+                .await
+        } else {
+            client_session.write_request_header(Box::new(req)).await
+        };
+        match written {
             Ok(_) => { /* Continue */ }
             Err(e) => {
                 return (false, false, Some(e.into_up()));

@@ -1,0 +1,249 @@
+//! What an engine receives and sends on the wire, through the gateway's
+//! patched Pingora (patches/README.md): the request header and body in one
+//! segment, and a chunked stream read in small pieces arriving whole.
+//!
+//! The engine here is a raw TCP server in a thread, so the test sees the
+//! bytes and the segments themselves (`TCP_INFO`), not what an HTTP library
+//! makes of them.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use support::{client, provider, Gateway};
+
+/// One request as the raw engine read it, and the data segments its
+/// connection had received once the request was whole.
+struct Received {
+    head: String,
+    body: Vec<u8>,
+    /// This request's place on its connection: 1 for the first.
+    on_connection: u32,
+    data_segments_in: u32,
+}
+
+/// Data segments received on `stream` so far (Linux `tcpi_data_segs_in`).
+fn data_segments_in(stream: &TcpStream) -> u32 {
+    // SAFETY: `tcp_info` is plain old data, zeroed, and getsockopt writes at
+    // most `len` bytes into it.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(rc, 0, "getsockopt(TCP_INFO)");
+        info.tcpi_data_segs_in
+    }
+}
+
+/// Reads one HTTP/1.1 request (header, then a `Content-Length` body) from
+/// `stream`, `buffered` holding what was read past the previous one.
+/// `None` when the peer closed.
+fn read_request(stream: &mut TcpStream, buffered: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    let mut chunk = [0u8; 65536];
+    let end = loop {
+        if let Some(at) = buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = stream.read(&mut chunk).ok().filter(|&n| n > 0)?;
+        buffered.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buffered[..end]).into_owned();
+    let length = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    while buffered.len() < end + length {
+        let n = stream.read(&mut chunk).ok().filter(|&n| n > 0)?;
+        buffered.extend_from_slice(&chunk[..n]);
+    }
+    let body = buffered[end..end + length].to_vec();
+    buffered.drain(..end + length);
+    Some((head, body))
+}
+
+/// A raw engine: every connection in its own thread; each request is
+/// reported on the channel and answered by `respond`.
+fn raw_engine(respond: fn(&mut TcpStream)) -> (String, mpsc::Receiver<Received>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let tx = tx.clone();
+            thread::spawn(move || {
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                let mut buffered = Vec::new();
+                let mut on_connection = 0;
+                while let Some((head, body)) = read_request(&mut stream, &mut buffered) {
+                    on_connection += 1;
+                    let data_segments_in = data_segments_in(&stream);
+                    respond(&mut stream);
+                    if tx
+                        .send(Received {
+                            head,
+                            body,
+                            on_connection,
+                            data_segments_in,
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, rx)
+}
+
+fn json_answer(stream: &mut TcpStream) {
+    let body = br#"{"id":"x","object":"chat.completion","choices":[]}"#;
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+}
+
+fn config(url: &str) -> String {
+    format!(
+        "{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"raw\", model = \"upstream-model\" }}]\n\n[health]\nenabled = false\n",
+        provider("raw", url)
+    )
+}
+
+#[tokio::test]
+async fn a_request_header_and_its_body_reach_the_engine_in_one_segment() {
+    let (url, received) = raw_engine(json_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    let http = client();
+    // A body past a TCP segment's worth of a small write buffer, so that
+    // only one vectored write of header and body makes it one segment.
+    let content = "word ".repeat(600);
+    for n in 1..=3 {
+        let response = http
+            .post(gateway.url("/v1/chat/completions"))
+            .json(&serde_json::json!({
+                "model": "chat",
+                "messages": [{"role": "user", "content": content}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let request = received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine got the request");
+        assert!(request
+            .head
+            .starts_with("POST /v1/chat/completions HTTP/1.1\r\n"));
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(body["model"], "upstream-model");
+        assert_eq!(body["messages"][0]["content"], content.as_str());
+        // Segments add up over a kept-alive connection: one per request.
+        assert_eq!(
+            request.data_segments_in, request.on_connection,
+            "request {n}: {} data segments for the {} requests of its connection",
+            request.data_segments_in, request.on_connection
+        );
+    }
+}
+
+/// An SSE answer in chunked encoding whose chunk sizes vary and whose writes
+/// cut through chunk heads, a little apart, so the gateway reads it in many
+/// pieces, some ending inside a chunk head.
+fn stream_answer(stream: &mut TcpStream) {
+    stream
+        .write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        )
+        .unwrap();
+    let wire = chunked_events();
+    for piece in wire.chunks(4093) {
+        // Cut each piece once more inside, near its end: a chunk head split
+        // between two reads is what the body reader must carry over.
+        let (a, b) = piece.split_at(piece.len().saturating_sub(3));
+        stream.write_all(a).unwrap();
+        stream.flush().unwrap();
+        thread::sleep(Duration::from_millis(2));
+        stream.write_all(b).unwrap();
+        stream.flush().unwrap();
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The events of [`stream_answer`], decoded.
+fn events() -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..120usize {
+        // Sizes from a few bytes to past 8 KiB.
+        let text = "t".repeat((i * 977) % 9000 + 1);
+        out.extend_from_slice(format!("data: {{\"n\":{i},\"text\":\"{text}\"}}\n\n").as_bytes());
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
+fn chunked_events() -> Vec<u8> {
+    let mut wire = Vec::new();
+    for event in events()
+        .split_inclusive(|&b| b == b'\n')
+        .collect::<Vec<_>>()
+        .chunks(2)
+    {
+        let data: Vec<u8> = event.concat();
+        wire.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        wire.extend_from_slice(&data);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    wire
+}
+
+#[tokio::test]
+async fn a_chunked_stream_read_in_pieces_that_split_chunk_heads_arrives_byte_exact() {
+    let (url, received) = raw_engine(stream_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    for _ in 0..2 {
+        let response = client()
+            .post(gateway.url("/v1/chat/completions"))
+            .json(&serde_json::json!({
+                "model": "chat",
+                "stream": true,
+                "messages": [{"role": "user", "content": "hi"}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.bytes().await.expect("the whole stream");
+        let expected = events();
+        assert_eq!(body.len(), expected.len(), "decoded length");
+        assert!(
+            body[..] == expected[..],
+            "the stream differs from what the engine sent"
+        );
+        received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine got the request");
+    }
+}
