@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use rolter_balancer::RouteContext;
 
-use super::eligibility::Eligibility;
+use super::eligibility::{Eligibility, Remaining};
 use super::forwarding::ClientOrigin;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
@@ -193,7 +193,10 @@ impl RequestCtx {
             return false;
         }
         // Under flow control a retry may wait for a saturated target.
-        let rule = self.eligibility(route, crate::clock::now_ms());
-        rule.any() || (self.snapshot.limits.flow_control.enabled && rule.only_saturated())
+        match self.eligibility(route, crate::clock::now_ms()).remaining() {
+            Remaining::Eligible => true,
+            Remaining::OnlySaturated => self.snapshot.limits.flow_control.enabled,
+            Remaining::Nothing => false,
+        }
     }
 }

@@ -10,7 +10,8 @@ use pingora::upstreams::peer::HttpPeer;
 use smallvec::SmallVec;
 
 use super::ctx::{Attempt, RequestCtx};
-use super::{body, eligibility, error_with, not_admitted, select};
+use super::eligibility::{self, Remaining};
+use super::{body, error_with, not_admitted, select};
 use crate::error::GatewayError;
 use crate::state::GatewayState;
 use crate::tracker::BreakerTicket;
@@ -53,10 +54,14 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             &ctx.snapshot.limits.breaker,
         );
         let Some((index, admission)) = picked else {
-            if may_queue && rule.only_saturated() {
-                return Dispatch::Saturated;
+            match rule.remaining() {
+                // A stream that ended between the balancer's look and this
+                // one freed a place: pick again rather than answer a 503
+                // that has no reason to give.
+                Remaining::Eligible => continue,
+                Remaining::OnlySaturated if may_queue => return Dispatch::Saturated,
+                _ => return unroutable(state, ctx, &route, now_ms),
             }
-            return unroutable(state, ctx, &route, now_ms);
         };
         let health_panic = rule.health_panic();
         let target = &route.targets[index];

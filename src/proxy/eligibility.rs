@@ -96,6 +96,17 @@ pub struct Eligibility<'a> {
     ignore_saturation: bool,
 }
 
+/// What a route's targets leave a pick ([`Eligibility::remaining`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remaining {
+    /// At least one target may take it.
+    Eligible,
+    /// Saturation is the only reason none may: flow control holds it.
+    OnlySaturated,
+    /// Something other than saturation leaves every target out.
+    Nothing,
+}
+
 impl<'a> Eligibility<'a> {
     /// The rule for a pick at `now_ms` by `caller` (`None`: anyone), given
     /// the targets `tried` already. Health is ignored when it alone would
@@ -142,18 +153,23 @@ impl<'a> Eligibility<'a> {
         self.ignore_saturation
     }
 
-    /// Whether saturation is the only reason nothing is eligible: flow
-    /// control holds such a request.
-    pub fn only_saturated(&self) -> bool {
+    /// What the targets leave this pick, read in one pass: eligibility
+    /// reads live loads, so two separate questions ("any eligible?", "only
+    /// saturated?") can each see a different moment and both say no.
+    pub fn remaining(&self) -> Remaining {
         let mut saturated = false;
         for i in 0..self.route.targets.len() {
             match self.reason(i) {
-                None => return false,
+                None => return Remaining::Eligible,
                 Some(Ineligible::Saturated(_)) => saturated = true,
                 Some(_) => {}
             }
         }
-        saturated
+        if saturated {
+            Remaining::OnlySaturated
+        } else {
+            Remaining::Nothing
+        }
     }
 
     fn allows(&self, target: &Target) -> bool {
