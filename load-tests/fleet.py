@@ -193,7 +193,7 @@ class Gateway:
             "---\n"
             "version: 1\n"
             "threads: 2\n"
-            "work_stealing: true\n"
+            "work_stealing: false\n"
             f"pid_file: {self.pid_file}\n"
             f"upgrade_sock: {self.upgrade_sock}\n"
             f"grace_period_seconds: {self.grace_period_s}\n"

@@ -123,6 +123,8 @@ pub fn run(args: DemoArgs) -> i32 {
 
     let conf = ServerConf {
         threads: args.threads,
+        // As conf/pingora.yaml: no work stealing (see there).
+        work_stealing: false,
         pid_file: dir.join("rolter.pid").display().to_string(),
         upgrade_sock: dir.join("upgrade.sock").display().to_string(),
         grace_period_seconds: Some(1),

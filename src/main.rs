@@ -5,6 +5,11 @@ use clap::{Parser, Subcommand};
 use rolter::{config, control, demo, serve};
 use rolter_fake_llm as fake_llm;
 
+// jemalloc rather than glibc's malloc: the request path allocates and frees
+// small buffers on every worker thread; see Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "rolter",
