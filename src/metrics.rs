@@ -110,6 +110,9 @@ pub struct TargetMetrics {
     /// are the target's over every route.
     pub attempts: IntCounter,
     pub failures: IntCounter,
+    /// `rolter_requests_total` of this route and target with status 200,
+    /// the common outcome, resolved once rather than by label per request.
+    pub served_ok: IntCounter,
 }
 
 impl TargetMetrics {
@@ -479,6 +482,7 @@ impl Metrics {
             failures: self
                 .route_target_attempts
                 .with_label_values(&[route, target, "failed"]),
+            served_ok: self.requests.with_label_values(&[route, target, "200"]),
         }
     }
 

@@ -181,9 +181,8 @@ impl ProxyHttp for Gateway {
         if let Some(origin) = &ctx.origin {
             origin.apply(upstream)?;
         }
-        if let Some(id) = &ctx.request_id {
-            upstream.insert_header(REQUEST_ID_HEADER, id.clone())?;
-        }
+        // The request id is already on it: `request_id::ensure` wrote it
+        // into the client's header, which the upstream request copies.
         if !provider.path_prefix.is_empty() {
             let original = &session.req_header().uri;
             let path_and_query = original.path_and_query().map(|p| p.as_str()).unwrap_or("/");
@@ -475,7 +474,10 @@ impl ProxyHttp for Gateway {
         };
         let route = ctx.route().map_or("-", |r| r.metrics.label.as_str());
         let target = ctx.current_target().map_or("-", |t| &*t.metrics.label);
-        self.state.metrics.record_request(route, target, status);
+        match ctx.current_target() {
+            Some(t) if status == 200 => t.metrics.served_ok.inc(),
+            _ => self.state.metrics.record_request(route, target, status),
+        }
         if let Some((_, t, attempt)) = ctx.current() {
             t.metrics
                 .upstream_latency

@@ -104,19 +104,34 @@ impl ClientOrigin {
     /// Sets the forwarding headers on the upstream request, replacing what
     /// the client sent.
     pub fn apply(&self, upstream: &mut RequestHeader) -> pingora::Result<()> {
-        match &self.forwarded_for {
-            Some(chain) => upstream.insert_header(X_FORWARDED_FOR, chain.as_str())?,
+        let chain = match &self.forwarded_for {
+            Some(chain) => {
+                Some(HeaderValue::from_str(chain).map_err(|_| invalid_value(X_FORWARDED_FOR))?)
+            }
+            None => None,
+        };
+        // From an untrusted peer the chain is the client's address alone:
+        // one value serves both headers.
+        let real_ip = match (self.client, &chain) {
+            (Some(_), Some(chain)) if !self.peer_trusted => Some(chain.clone()),
+            (Some(client), _) => Some(
+                HeaderValue::from_str(&client.to_string()).map_err(|_| invalid_value(X_REAL_IP))?,
+            ),
+            (None, _) => None,
+        };
+        match chain {
+            Some(chain) => upstream.insert_header(X_FORWARDED_FOR, chain)?,
             None => {
                 upstream.remove_header(X_FORWARDED_FOR);
             }
         }
-        match self.client {
-            Some(client) => upstream.insert_header(X_REAL_IP, client.to_string())?,
+        match real_ip {
+            Some(ip) => upstream.insert_header(X_REAL_IP, ip)?,
             None => {
                 upstream.remove_header(X_REAL_IP);
             }
         }
-        upstream.insert_header(X_FORWARDED_PROTO, self.proto)?;
+        upstream.insert_header(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto))?;
         match &self.host {
             Some(host) => upstream.insert_header(X_FORWARDED_HOST, host.clone())?,
             None => {
@@ -128,6 +143,15 @@ impl ClientOrigin {
         }
         Ok(())
     }
+}
+
+/// An address list that cannot be a header value: not possible for what
+/// `resolve` writes, but an error rather than a panic if it ever were.
+fn invalid_value(header: &str) -> Box<pingora::Error> {
+    pingora::Error::explain(
+        pingora::ErrorType::InvalidHTTPHeader,
+        format!("invalid {header} value"),
+    )
 }
 
 /// The origin from the request's headers, its peer and the listener's
@@ -474,5 +498,17 @@ mod tests {
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "api.example");
         assert!(h.get("forwarded").is_none());
+    }
+
+    #[test]
+    fn behind_a_trusted_peer_the_real_ip_is_the_client_not_the_chain() {
+        let mut request = RequestHeader::build("POST", b"/", None).unwrap();
+        let h = headers(&[("x-forwarded-for", "203.0.113.7")]);
+        let origin = resolve(&h, ip("10.0.0.1"), false, None, &cidrs(&["10.0.0.0/8"]));
+        origin.apply(&mut request).unwrap();
+        let h = &request.headers;
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.0.0.1");
+        assert_eq!(h["x-real-ip"], "203.0.113.7");
+        assert!(h.get("x-forwarded-host").is_none());
     }
 }

@@ -73,9 +73,14 @@ pub fn generate() -> HeaderValue {
     input[..8].copy_from_slice(&count.to_le_bytes());
     input[8..].copy_from_slice(&nanos.to_le_bytes());
     let digest = xxhash_rust::xxh3::xxh3_128_with_seed(&input, key);
-    let text = format!("{digest:032x}");
-    debug_assert!(is_sane(text.as_bytes()));
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("-"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 32];
+    for (i, byte) in digest.to_be_bytes().iter().enumerate() {
+        text[2 * i] = HEX[usize::from(byte >> 4)];
+        text[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    debug_assert!(is_sane(&text));
+    HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static("-"))
 }
 
 #[cfg(test)]
