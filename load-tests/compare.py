@@ -233,7 +233,7 @@ def run_cell(scenario: Scenario, config: str, round_no: int, fleet: Fleet, ctx: 
         rss = record.get("peak_rss_kib")
         cpu = record.get("counters", {}).get("proxy_cpu_s", 0)
         per = f" cpu {cpu * 1e6 / record['requests']:.1f} µs/{scenario.unit}" if config != "direct" and record.get("requests") else ""
-        lat = "" if scenario.name == "streams-10k" else (
+        lat = "" if scenario.name in ("streams-10k", "idle-10k") else (
             f" p50 {record['p50']:.3f} ms p99 {record['p99']:.3f} ms"
         )
         log(start, f"r{round_no} {scenario.name:<11} {config:<11} {record['rps']:>9,.1f}/s{lat}{per}"

@@ -14,6 +14,10 @@ ROLTER = "rolter"
 PINGORA = "pingora"
 
 
+
+# Workloads that measure memory, not latency or throughput.
+MEMORY_ROWS = ("streams-10k", "idle-10k")
+
 def median(values: list[float]) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -96,6 +100,7 @@ def aggregate(cells: list[dict], scenarios: list) -> list[dict]:
             )
             # Extra figures some workloads have.
             for key in ("streams_at_once", "rss_per_stream_kib", "peak_rss_at_10k_kib",
+                        "rss_per_connection_kib", "rss_all_idle_kib",
                         "idle_rss_kib", "rss_early_kib", "rss_late_kib", "stream_p99",
                         "first_event_p50", "first_event_p99", "p999", "streams",
                         "streams_completed"):
@@ -244,6 +249,8 @@ def notes(row: dict, plan) -> str:
         out.append(f"{int(held):,} open at once" if held else "never all open at once")
         if row.get("rss_per_stream_kib") is not None:
             out.append(f"{row['rss_per_stream_kib']:.1f} KiB/stream over idle")
+    if row["scenario"] == "idle-10k" and row.get("rss_per_connection_kib") is not None:
+        out.append(f"{row['rss_per_connection_kib']:.1f} KiB per idle connection")
     if row["scenario"] == "soak":
         if row.get("rss_early_kib"):
             growth = (row["rss_late_kib"] - row["rss_early_kib"]) / 1024
@@ -271,7 +278,7 @@ def table(rows: list[dict], plan) -> str:
         if not row.get("rounds"):
             lines.append(f"| {title} | {row['config']} | failed: {'; '.join(map(str, row['errors']))[:120]} |" + " |" * 10)
             continue
-        hold = row["scenario"] == "streams-10k"
+        hold = row["scenario"] in MEMORY_ROWS
         added = (
             "—" if row.get("added_p50") is None
             else f"{fmt_ms(row['added_p50'], True)} / {fmt_ms(row['added_p99'], True)}"
@@ -309,7 +316,7 @@ def spread(rows: list[dict]) -> str:
            "| --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         rounds = row.get("per_round")
-        if not rounds or len(rounds["rps"]) < 2 or row["scenario"] == "streams-10k":
+        if not rounds or len(rounds["rps"]) < 2 or row["scenario"] in MEMORY_ROWS:
             continue
         out.append(
             f"| {row['scenario']} | {row['config']} | "

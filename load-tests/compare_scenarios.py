@@ -16,6 +16,8 @@ latency percentiles, failures) so the report can put them in one table.
               is the body's trip and nothing queues.
   streams-10k `sse_clients.py hold`: 10,000 streams open at once (or as many
               as the descriptor limit allows), the proxy's memory at the peak.
+  idle-10k    `sse_clients.py idle`: as many keep-alive connections, each
+              idle after one short stream; the proxy's memory per connection.
   soak        k6 `steady.js` (chat at a fixed rate + long streams) for a
               bounded time, once per proxy: errors, latency, memory growth.
   sat-chat, sat-sse
@@ -398,6 +400,40 @@ def measure_hold(cell: Cell) -> dict:
     }
 
 
+def measure_idle(cell: Cell) -> dict:
+    plan = cell.plan
+    connections = plan.hold_streams
+    idle_rss = cell.target.meter.rss_kib()
+    at_all_idle: dict = {}
+
+    def on_line(line: str) -> None:
+        if line.startswith("all-idle"):
+            # Let the last streams' buffers go before reading.
+            time.sleep(0.5)
+            at_all_idle["rss_kib"] = cell.target.meter.rss_kib()
+
+    before = cell.target.meter.read()
+    seconds = connections / plan.hold_ramp + 3
+    result = run_client(
+        cell,
+        ["idle", "--url", cell.target.url, "--streams", str(connections),
+         "--tokens", "1", "--ramp", str(plan.hold_ramp), "--idle", "3"],
+        seconds, f"idle-{cell.target.name}-r{cell.round}", on_line,
+    )
+    after = cell.target.meter.read()
+    rss = at_all_idle.get("rss_kib")
+    per_connection = (rss - idle_rss) / connections if rss and connections else None
+    return {
+        "requests": result["idle_at_once"],
+        "rps": result["idle_at_once"] / max(0.001, result["elapsed_s"]),
+        "failures": result["failed"] + (connections - result["idle_at_once"] - result["failed"]),
+        "idle_rss_kib": idle_rss,
+        "rss_all_idle_kib": rss,
+        "rss_per_connection_kib": None if per_connection is None else round(per_connection, 2),
+        "counters": window(before, after),
+    }
+
+
 def measure_soak(cell: Cell) -> dict:
     plan = cell.plan
     env = {
@@ -500,6 +536,13 @@ def scenarios(plan: Plan) -> list[Scenario]:
             "streams-10k",
             f"{plan.hold_streams:,} streams open at once (1 chunk/s each)",
             "stream", "hold", ["nginx", "rolter"], measure_hold,
+        )
+    )
+    out.append(
+        Scenario(
+            "idle-10k",
+            f"{plan.hold_streams:,} idle keep-alive connections (each after one short stream)",
+            "connection", "fast", ["nginx", "rolter"], measure_idle,
         )
     )
     out.append(

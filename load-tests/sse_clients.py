@@ -21,6 +21,11 @@ SSE events), because a proxy may re-frame the engine's chunks.
           their first event, `all-open N` once every stream is open at the
           same time (the runner samples the proxy's memory there), then one
           JSON object with the counts.
+  idle    opens STREAMS keep-alive connections, RAMP per second; each reads
+          one short stream to its end and then stays open, idle. Prints
+          `all-idle N` once every connection has finished its stream (the
+          runner samples the proxy's memory there), holds them IDLE seconds,
+          closes them and prints one JSON object with the counts.
 
 Exit status 0 when every stream completed, 1 otherwise.
 """
@@ -317,9 +322,74 @@ async def run_hold(args) -> int:
     return 0 if failed == 0 and completed == args.streams else 1
 
 
+async def run_idle(args) -> int:
+    host, port, request = request_bytes(args.url, args.model, args.tokens)
+    idle = 0
+    failed = 0
+    all_idle = asyncio.Event()
+    release = asyncio.Event()
+    report_every = max(1, args.streams // 10)
+
+    def on_event(stream: Stream, event: bytes, now: int) -> None:
+        pass
+
+    async def one() -> None:
+        nonlocal idle, failed
+        try:
+            stream, finished = await open_stream(host, port, on_event)
+        except OSError as e:
+            failed += 1
+            print(f"connect failed: {e}", file=sys.stderr, flush=True)
+            return
+        stream.send(request)
+        ok = await finished
+        if not ok or stream.transport.is_closing():
+            failed += 1
+            stream.transport.close()
+            return
+        idle += 1
+        if idle % report_every == 0:
+            print(f"idle {idle}", flush=True)
+        if idle == args.streams:
+            print(f"all-idle {idle}", flush=True)
+            all_idle.set()
+        await release.wait()
+        stream.transport.close()
+
+    tasks = []
+    interval = 1.0 / args.ramp
+    start = time.monotonic()
+    for i in range(args.streams):
+        due = start + i * interval
+        wait = due - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(one()))
+    # Every connection idle, or some failed: either way hold what is open.
+    deadline = start + args.streams / args.ramp + 30
+    while not all_idle.is_set() and idle + failed < args.streams and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(args.idle)
+    release.set()
+    await asyncio.gather(*tasks)
+    print(
+        json.dumps(
+            {
+                "mode": "idle",
+                "connections": args.streams,
+                "idle_at_once": idle,
+                "failed": failed,
+                "elapsed_s": round(time.monotonic() - start, 1),
+            }
+        ),
+        flush=True,
+    )
+    return 0 if failed == 0 and idle == args.streams else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="Raw-socket SSE clients of compare.py.")
-    p.add_argument("mode", choices=["chunks", "hold"])
+    p.add_argument("mode", choices=["chunks", "hold", "idle"])
     p.add_argument("--url", required=True, help="base URL, http://host:port")
     p.add_argument("--model", default="chat")
     p.add_argument("--streams", type=int, default=100, help="streams at a time")
@@ -327,9 +397,10 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0, help="chunks: seconds of traffic")
     p.add_argument("--warmup", type=float, default=1.0, help="chunks: seconds not measured")
     p.add_argument("--stagger-ms", type=float, default=20.0, help="chunks: spread of the starts")
-    p.add_argument("--ramp", type=float, default=2000.0, help="hold: new streams per second")
+    p.add_argument("--ramp", type=float, default=2000.0, help="hold, idle: new connections per second")
+    p.add_argument("--idle", type=float, default=3.0, help="idle: seconds every connection stays idle")
     args = p.parse_args()
-    runner = run_chunks if args.mode == "chunks" else run_hold
+    runner = {"chunks": run_chunks, "hold": run_hold, "idle": run_idle}[args.mode]
     return asyncio.run(runner(args))
 
 
