@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::openai::RequestError;
+use crate::openai::{Api, RequestError};
 use crate::rate_limit::{Limited, CONCURRENCY_RETRY_AFTER_SECS};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,21 @@ pub enum GatewayError {
 }
 
 /// OpenAI's error object.
+/// Anthropic's error shape: `{"type":"error","error":{"type":…,"message":…}}`.
+#[derive(Serialize)]
+struct AnthropicErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: AnthropicErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct AnthropicErrorObject<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    message: String,
+}
+
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     error: ErrorObject<'a>,
@@ -187,7 +202,40 @@ impl GatewayError {
         code.unwrap_or(kind)
     }
 
-    /// The JSON body sent to the client.
+    /// Anthropic's `error.type` for this error, by its status as
+    /// Anthropic's API assigns them.
+    fn anthropic_type(&self) -> &'static str {
+        match (self, self.status()) {
+            (GatewayError::Overloaded { .. }, _) => "overloaded_error",
+            (_, 401) => "authentication_error",
+            (_, 403) => "permission_error",
+            (_, 404) => "not_found_error",
+            (_, 413) => "request_too_large",
+            (_, 429) => "rate_limit_error",
+            (_, 503) => "overloaded_error",
+            (_, status) if status < 500 => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The JSON body sent to a client of `api`.
+    pub fn body_for(&self, api: Api) -> Bytes {
+        match api {
+            Api::OpenAi => self.body(),
+            Api::Anthropic => {
+                let body = AnthropicErrorBody {
+                    kind: "error",
+                    error: AnthropicErrorObject {
+                        kind: self.anthropic_type(),
+                        message: self.to_string(),
+                    },
+                };
+                Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+            }
+        }
+    }
+
+    /// The JSON body sent to an OpenAI client.
     pub fn body(&self) -> Bytes {
         let (kind, param, code) = self.classify();
         let body = ErrorBody {
@@ -205,6 +253,55 @@ impl GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_anthropic_client_gets_anthropics_shape() {
+        let cases = [
+            (GatewayError::MissingApiKey, 401, "authentication_error"),
+            (
+                GatewayError::UnknownModel { model: "m".into() },
+                404,
+                "not_found_error",
+            ),
+            (
+                GatewayError::BadRequest(RequestError::MissingModel),
+                400,
+                "invalid_request_error",
+            ),
+            (
+                GatewayError::limited(
+                    "k",
+                    Limited::Rpm {
+                        limit: 1,
+                        retry_after_secs: 3,
+                    },
+                ),
+                429,
+                "rate_limit_error",
+            ),
+            (
+                GatewayError::NoEligibleTarget {
+                    model: "m".into(),
+                    reason: "r".into(),
+                },
+                503,
+                "overloaded_error",
+            ),
+        ];
+        for (error, status, kind) in cases {
+            assert_eq!(error.status(), status);
+            let json: serde_json::Value =
+                serde_json::from_slice(&error.body_for(Api::Anthropic)).unwrap();
+            assert_eq!(json["type"], "error", "{json}");
+            assert_eq!(json["error"]["type"], kind, "{json}");
+            assert_eq!(json["error"]["message"], error.to_string());
+            assert!(json.get("param").is_none() && json["error"].get("code").is_none());
+        }
+        let openai: serde_json::Value =
+            serde_json::from_slice(&GatewayError::MissingApiKey.body_for(Api::OpenAi)).unwrap();
+        assert_eq!(openai["error"]["type"], "authentication_error");
+        assert!(openai.get("type").is_none());
+    }
 
     #[test]
     fn body_has_openai_shape_with_param() {

@@ -1,7 +1,12 @@
-//! The OpenAI API as rolter reads it: endpoints, request bodies, routing text.
+//! The client APIs rolter reads: OpenAI's (chat, completions, embeddings,
+//! responses) and Anthropic's Messages, as vLLM and SGLang serve them:
+//! endpoints, request bodies, routing text.
 
 mod conversation;
+mod messages;
+mod raw;
 mod request;
+mod responses;
 mod token_ids;
 
 pub use conversation::Conversation;
@@ -15,6 +20,29 @@ pub enum Endpoint {
     Completions,
     Embeddings,
     Models,
+    /// OpenAI's Responses API, `POST /v1/responses`.
+    Responses,
+    /// Anthropic's Messages API, `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`: a Messages body, counted.
+    MessagesCountTokens,
+}
+
+/// Whose API a request speaks: the shape of the errors rolter answers it with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+impl Api {
+    /// The API of a request for `path` (query string already removed).
+    pub fn of_path(path: &str) -> Api {
+        match Endpoint::from_path(path) {
+            Some(Endpoint::Messages | Endpoint::MessagesCountTokens) => Api::Anthropic,
+            _ => Api::OpenAi,
+        }
+    }
 }
 
 impl Endpoint {
@@ -25,6 +53,9 @@ impl Endpoint {
             "/v1/completions" => Some(Endpoint::Completions),
             "/v1/embeddings" => Some(Endpoint::Embeddings),
             "/v1/models" => Some(Endpoint::Models),
+            "/v1/responses" => Some(Endpoint::Responses),
+            "/v1/messages" => Some(Endpoint::Messages),
+            "/v1/messages/count_tokens" => Some(Endpoint::MessagesCountTokens),
             _ => None,
         }
     }
@@ -50,6 +81,9 @@ impl Endpoint {
             Endpoint::Completions => "completions",
             Endpoint::Embeddings => "embeddings",
             Endpoint::Models => "models",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::MessagesCountTokens => "messages/count_tokens",
         }
     }
 }

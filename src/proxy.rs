@@ -198,6 +198,8 @@ impl ProxyHttp for Gateway {
                 upstream.remove_header(&header::AUTHORIZATION);
             }
         }
+        // The gateway's key, as Anthropic's clients send it: never the engine's.
+        upstream.remove_header(admission::X_API_KEY);
         upstream.insert_header(header::CONTENT_LENGTH, attempt.body.len())?;
         Ok(())
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::raw::string_value;
 use super::{Conversation, Endpoint};
 
 /// What the gateway needs from a request body.
@@ -108,6 +109,12 @@ struct Envelope<'a> {
     chat_template_kwargs: Option<&'a RawValue>,
     #[serde(borrow)]
     add_generation_prompt: Option<&'a RawValue>,
+    /// Anthropic Messages: the system prompt.
+    #[serde(borrow)]
+    system: Option<&'a RawValue>,
+    /// Responses: the system prompt.
+    #[serde(borrow)]
+    instructions: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +174,12 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         Endpoint::Embeddings => envelope
             .input
             .is_some_and(|i| read_prompt(i, &mut conversation)),
+        Endpoint::Responses => {
+            super::responses::read(envelope.instructions, envelope.input, &mut conversation)
+        }
+        Endpoint::Messages | Endpoint::MessagesCountTokens => {
+            super::messages::read(envelope.system, envelope.messages, &mut conversation)
+        }
         Endpoint::Models => false,
     };
     let span = |raw: Option<&RawValue>| {
@@ -270,18 +283,6 @@ fn read_content(raw: &RawValue, conversation: &mut Conversation) {
         }
         _ => {}
     }
-}
-
-/// The text of a raw JSON string. Without escapes it is the literal's
-/// inside, borrowed: the parser already checked the literal while scanning
-/// the body, so a long prompt is not scanned a second time to decode it.
-fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let literal = raw.get();
-    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.as_bytes().contains(&b'\\') {
-        return Some(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<Cow<'_, str>>(literal).ok()
 }
 
 /// A completions `prompt` or embeddings `input`: a string, a list of strings,
@@ -462,5 +463,70 @@ mod tests {
         let parsed =
             parse_request(Endpoint::Embeddings, br#"{"model":"e","input":["x","y"]}"#).unwrap();
         assert_eq!(parsed.prompt, "x\ny");
+    }
+
+    #[test]
+    fn a_conversation_reads_the_same_through_messages_responses_and_chat() {
+        let chat = chat(
+            r#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"more"}]}"#,
+        )
+        .unwrap();
+        let messages = parse_request(
+            Endpoint::Messages,
+            br#"{"model":"m","max_tokens":5,"system":[{"type":"text","text":"be brief"}],"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"hello"}]},{"role":"user","content":"more"}]}"#,
+        )
+        .unwrap();
+        let responses = parse_request(
+            Endpoint::Responses,
+            br#"{"model":"m","instructions":"be brief","input":[{"role":"user","content":"hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hello"}]},{"role":"user","content":[{"type":"input_text","text":"more"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            chat.prompt,
+            "system: be brief\nuser: hi\nassistant: hello\nuser: more"
+        );
+        assert_eq!(messages.prompt, chat.prompt);
+        assert_eq!(responses.prompt, chat.prompt);
+        assert_eq!(messages.model, "m");
+        let one_turn = parse_request(
+            Endpoint::Responses,
+            br#"{"model":"m","input":"hi","stream":true}"#,
+        )
+        .unwrap();
+        assert_eq!(one_turn.prompt, "user: hi");
+        assert!(one_turn.stream);
+    }
+
+    #[test]
+    fn tool_calls_and_results_of_messages_and_responses_are_in_the_digest() {
+        let messages = |result: &str| {
+            parse_request(
+                Endpoint::Messages,
+                format!(
+                    r#"{{"model":"m","messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"f","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t1","content":"{result}"}}]}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (messages("41"), messages("42"));
+        assert_eq!(a.prompt, "assistant: \nuser: 41");
+        assert_ne!(a.prompt_digest, b.prompt_digest);
+        let responses = |args: &str| {
+            parse_request(
+                Endpoint::Responses,
+                format!(
+                    r#"{{"model":"m","input":[{{"type":"function_call","call_id":"c1","name":"f","arguments":"{args}"}},{{"type":"function_call_output","call_id":"c1","output":"42"}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (responses("{}"), responses("[]"));
+        assert_eq!(a.prompt, "tool: 42");
+        assert_ne!(a.prompt_digest, b.prompt_digest);
+        // A body whose input is neither is still routed, by its raw digest.
+        let odd = parse_request(Endpoint::Responses, br#"{"model":"m","input":7}"#).unwrap();
+        assert_eq!(odd.prompt, "");
     }
 }

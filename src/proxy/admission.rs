@@ -160,12 +160,19 @@ fn priority(request: &RequestHeader, caller: &Caller) -> Result<i32, GatewayErro
     Ok(asked.min(caller.priority))
 }
 
-/// Step 2: who is calling.
+/// Anthropic's clients send their key here rather than as a bearer token.
+pub const X_API_KEY: &str = "x-api-key";
+
+/// Step 2: who is calling: `Authorization: Bearer`, else `x-api-key`.
 fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
     let token = request
         .headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| bearer_token(v.as_bytes()));
+        .and_then(|v| bearer_token(v.as_bytes()))
+        .or_else(|| {
+            let key = request.headers.get(X_API_KEY)?.as_bytes().trim_ascii();
+            (!key.is_empty()).then_some(key)
+        });
     let caller = token.and_then(|t| snapshot.api_keys.authenticate(t));
     match (caller, snapshot.limits.require_api_key) {
         (Some(caller), _) => Ok(caller),

@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::request_id::{self, REQUEST_ID_HEADER};
 use crate::auth::Caller;
 use crate::error::GatewayError;
+use crate::openai::Api;
 use crate::snapshot::Snapshot;
 
 /// Writes a complete JSON response, with the request's `x-request-id`.
@@ -56,12 +57,21 @@ async fn write_json(
     }
 }
 
-/// Answers an error in OpenAI's shape, with `Retry-After` when the error has
+/// Answers an error in the shape of the API the request speaks (OpenAI's,
+/// or Anthropic's on `/v1/messages`), with `Retry-After` when the error has
 /// one (429). The connection is closed afterwards: part of the request body
 /// may still be unread.
 pub async fn error(session: &mut Session, error: &GatewayError) {
     let retry_after = error.retry_after_secs();
-    write_json(session, error.status(), error.body(), false, retry_after).await;
+    let api = Api::of_path(session.req_header().uri.path());
+    write_json(
+        session,
+        error.status(),
+        error.body_for(api),
+        false,
+        retry_after,
+    )
+    .await;
 }
 
 #[derive(Serialize)]

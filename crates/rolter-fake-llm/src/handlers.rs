@@ -17,13 +17,15 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::answer::Answer;
 use super::args::MAX_OUTPUT_TOKENS;
 use super::control::{KvControl, Mode};
 use super::error::{not_routed, ApiError};
 use super::kv::Prefill;
 use super::model::{embedding, generated_text};
 use super::request::{
-    parse_embedding, parse_generation, parse_tokenize, GenerationKind, GenerationRequest,
+    count_message_tokens, parse_embedding, parse_generation, parse_tokenize, GenerationKind,
+    GenerationRequest,
 };
 use super::stats::{Endpoint, RequestGuard};
 use super::stream::{sse_body, StreamPlan};
@@ -152,6 +154,34 @@ async fn engine_request(
             )
             .await
         }
+        (Endpoint::Messages, &Method::POST) => {
+            return generate(
+                engine,
+                GenerationKind::Messages,
+                body,
+                &mode,
+                guard,
+                received,
+            )
+            .await
+        }
+        (Endpoint::Responses, &Method::POST) => {
+            return generate(
+                engine,
+                GenerationKind::Responses,
+                body,
+                &mode,
+                guard,
+                received,
+            )
+            .await
+        }
+        (Endpoint::MessagesCountTokens, &Method::POST) => {
+            match count_message_tokens(body, &engine.tokenizer) {
+                Ok(tokens) => Json(json!({ "input_tokens": tokens })).into_response(),
+                Err(error) => error.into_response(),
+            }
+        }
         (Endpoint::Embeddings, &Method::POST) => embed(engine, body, &mode, received).await,
         (Endpoint::Models, &Method::GET) => Json(models(engine)).into_response(),
         (Endpoint::Health, &Method::GET) => StatusCode::OK.into_response(),
@@ -187,6 +217,8 @@ async fn generate(
     let id = engine.response_id(match kind {
         GenerationKind::Chat => "chatcmpl",
         GenerationKind::Completion => "cmpl",
+        GenerationKind::Messages => "msg",
+        GenerationKind::Responses => "resp",
     });
     let created = unix_seconds();
     let prefill = engine.kv.admit(&request.prompts);
@@ -262,6 +294,23 @@ fn completion_json(
 ) -> Value {
     let text = generated_text(request.output_tokens);
     let completion_tokens = u64::from(request.output_tokens);
+    let answer = Answer {
+        id: &id,
+        created,
+        model: &request.model,
+        output_tokens: request.output_tokens,
+        finish_reason: request.finish_reason,
+        prefill,
+    };
+    let other_api = match request.kind {
+        GenerationKind::Messages => Some(answer.message(Some(&text))),
+        GenerationKind::Responses => Some(answer.response(Some(&text))),
+        GenerationKind::Chat | GenerationKind::Completion => None,
+    };
+    if let Some(mut other_api) = other_api {
+        other_api["fake"] = received.echo(engine, &request.model);
+        return other_api;
+    }
     let (object, choice) = match request.kind {
         GenerationKind::Chat => (
             "chat.completion",
@@ -273,7 +322,7 @@ fn completion_json(
                 "stop_reason": null,
             }),
         ),
-        GenerationKind::Completion => (
+        GenerationKind::Completion | GenerationKind::Messages | GenerationKind::Responses => (
             "text_completion",
             json!({
                 "index": 0,

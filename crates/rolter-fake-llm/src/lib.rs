@@ -8,9 +8,11 @@
 //! gateway's code never calls into it (only `main.rs` and `demo.rs` do); it
 //! adds the axum stack to the binary's size and nothing to the request path.
 //!
-//! It serves `/v1/chat/completions`, `/v1/completions` (both streamed as SSE
-//! or not), `/v1/embeddings`, `/v1/models`, `/health`, `/tokenize` and a few
-//! vLLM `/metrics` series. Output is deterministic (`tok0 tok1 …`, see
+//! It serves `/v1/chat/completions`, `/v1/completions`, OpenAI's
+//! `/v1/responses` and Anthropic's `/v1/messages` (each streamed as SSE or
+//! not, in its own API's shape, as vLLM serves them),
+//! `/v1/messages/count_tokens`, `/v1/embeddings`, `/v1/models`, `/health`,
+//! `/tokenize` and a few vLLM `/metrics` series. Output is deterministic (`tok0 tok1 …`, see
 //! [`model`]), paced by a time to first token and a per-token delay.
 //!
 //! For tests every answer echoes what arrived: the `model` field is the
@@ -41,6 +43,7 @@
 //! request counts as finished), and the cache's hits and events. `/fake/*`
 //! requests are not counted and never fail.
 
+mod answer;
 mod args;
 mod control;
 mod error;

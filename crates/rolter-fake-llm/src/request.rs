@@ -4,9 +4,10 @@
 //! Only what the simulation needs is read: `model`, `stream`,
 //! `stream_options.include_usage`, the output length, and the prompt as token
 //! ids (see [`super::tokenizer`]): the chat template's tokens for a chat, the
-//! `prompt` for a completion.
+//! `prompt` for a completion. Anthropic Messages and Responses bodies are
+//! turned into the chat request vLLM makes of them and prefilled as one.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::args::MAX_OUTPUT_TOKENS;
 use super::error::ApiError;
@@ -20,6 +21,10 @@ pub(crate) enum GenerationKind {
     Chat,
     /// `/v1/completions`.
     Completion,
+    /// Anthropic's `/v1/messages`, as vLLM serves it.
+    Messages,
+    /// OpenAI's `/v1/responses`, as vLLM serves it.
+    Responses,
 }
 
 /// A chat or completions request, as far as the simulation cares.
@@ -134,6 +139,7 @@ pub(crate) fn parse_generation(
         GenerationKind::Chat if present(&map, "max_completion_tokens").is_some() => {
             "max_completion_tokens"
         }
+        GenerationKind::Responses => "max_output_tokens",
         _ => "max_tokens",
     };
     let (output_tokens, finish_reason) = match present(&map, limit_field) {
@@ -145,6 +151,19 @@ pub(crate) fn parse_generation(
             match tokenizer.chat_ids(body, flag_or_none(&map, "add_generation_prompt")) {
                 Some(ids) => vec![ids?],
                 None => vec![chat_token_ids(&Value::Object(map))],
+            }
+        }
+        // vLLM turns both into a chat request and prefills it as one.
+        GenerationKind::Messages | GenerationKind::Responses => {
+            let chat = if kind == GenerationKind::Messages {
+                messages_as_chat(&map)
+            } else {
+                responses_as_chat(&map)
+            };
+            let body = serde_json::to_vec(&chat).unwrap_or_default();
+            match tokenizer.chat_ids(&body, None) {
+                Some(ids) => vec![ids?],
+                None => vec![chat_token_ids(&chat)],
             }
         }
         GenerationKind::Completion => match present(&map, "prompt") {
@@ -164,6 +183,100 @@ pub(crate) fn parse_generation(
         finish_reason,
         prompts,
     })
+}
+
+/// Text of Anthropic content (a string, or blocks of which text and tool
+/// results are read).
+fn anthropic_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|block| match block.get("type").and_then(Value::as_str) {
+                Some("tool_result") => anthropic_text(block.get("content")),
+                _ => block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            })
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// An Anthropic Messages body as the chat request vLLM makes of it.
+fn messages_as_chat(map: &Map<String, Value>) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = present(map, "system") {
+        messages.push(json!({"role": "system", "content": anthropic_text(Some(system))}));
+    }
+    for message in present(map, "messages")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+    {
+        let role = message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("user");
+        messages.push(json!({"role": role, "content": anthropic_text(message.get("content"))}));
+    }
+    json!({ "messages": messages })
+}
+
+/// Text of a Responses message's content (a string, or text parts).
+fn responses_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// A Responses body as the chat request vLLM makes of it.
+fn responses_as_chat(map: &Map<String, Value>) -> Value {
+    let mut messages = Vec::new();
+    if let Some(Value::String(instructions)) = present(map, "instructions") {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    match present(map, "input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.get("type").and_then(Value::as_str) {
+                    None | Some("message") => {
+                        let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
+                        messages.push(
+                            json!({"role": role, "content": responses_text(item.get("content"))}),
+                        );
+                    }
+                    Some("function_call_output") => messages.push(json!({
+                        "role": "tool",
+                        "content": responses_text(item.get("output")),
+                    })),
+                    Some(_) => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    json!({ "messages": messages })
+}
+
+/// The prompt tokens of an Anthropic `/v1/messages/count_tokens` body.
+pub(crate) fn count_message_tokens(body: &[u8], tokenizer: &Tokenizer) -> Result<u64, ApiError> {
+    let map = parse_object(body)?;
+    model(&map)?;
+    let chat = messages_as_chat(&map);
+    let bytes = serde_json::to_vec(&chat).unwrap_or_default();
+    let ids = match tokenizer.chat_ids(&bytes, None) {
+        Some(ids) => ids?,
+        None => chat_token_ids(&chat),
+    };
+    Ok(ids.len() as u64)
 }
 
 /// Reads a `/tokenize` request. The ids are those a generation request

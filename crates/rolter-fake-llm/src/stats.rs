@@ -28,12 +28,18 @@ pub(crate) enum Endpoint {
     Metrics,
     /// vLLM's `/tokenize`.
     Tokenize,
+    /// Anthropic's `/v1/messages`.
+    Messages,
+    /// Anthropic's `/v1/messages/count_tokens`.
+    MessagesCountTokens,
+    /// OpenAI's `/v1/responses`.
+    Responses,
     /// Anything vLLM would answer with a 404.
     Other,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 8] = [
+    const ALL: [Endpoint; 11] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -41,6 +47,9 @@ impl Endpoint {
         Endpoint::Health,
         Endpoint::Metrics,
         Endpoint::Tokenize,
+        Endpoint::Messages,
+        Endpoint::MessagesCountTokens,
+        Endpoint::Responses,
         Endpoint::Other,
     ];
 
@@ -53,6 +62,9 @@ impl Endpoint {
             "/health" => Endpoint::Health,
             "/metrics" => Endpoint::Metrics,
             "/tokenize" => Endpoint::Tokenize,
+            "/v1/messages" => Endpoint::Messages,
+            "/v1/messages/count_tokens" => Endpoint::MessagesCountTokens,
+            "/v1/responses" => Endpoint::Responses,
             _ => Endpoint::Other,
         }
     }
@@ -67,6 +79,9 @@ impl Endpoint {
             Endpoint::Health => "/health",
             Endpoint::Metrics => "/metrics",
             Endpoint::Tokenize => "/tokenize",
+            Endpoint::Messages => "/v1/messages",
+            Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
+            Endpoint::Responses => "/v1/responses",
             Endpoint::Other => "other",
         }
     }
@@ -75,7 +90,11 @@ impl Endpoint {
     fn is_generation(self) -> bool {
         matches!(
             self,
-            Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings
+            Endpoint::ChatCompletions
+                | Endpoint::Completions
+                | Endpoint::Embeddings
+                | Endpoint::Messages
+                | Endpoint::Responses
         )
     }
 }

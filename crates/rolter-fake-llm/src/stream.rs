@@ -13,6 +13,15 @@
 //! Each chunk is rendered when its time comes and handed to hyper, which
 //! writes it at once: the body is a stream, never built up front.
 //!
+//! Anthropic Messages and Responses streams are paced like a chat's, in
+//! their own typed events: `message_start` (with `content_block_start` and
+//! a `ping`), one `content_block_delta` per token, then
+//! `content_block_stop`, `message_delta` and `message_stop`; or
+//! `response.created`, `response.in_progress`, the output item and content
+//! part added, one `response.output_text.delta` per token, then the text,
+//! part and item done and `response.completed` (`response.incomplete` when
+//! the output limit cut it). Neither has a usage chunk or `[DONE]`.
+//!
 //! With `reset_after_chunks = K` the stream fails after K chunks (or at its
 //! end, if shorter) so hyper drops the connection without the final
 //! zero-length chunk, as an engine that crashes mid-answer would.
@@ -25,7 +34,11 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde_json::Value;
 
-use super::model::token;
+use serde_json::json;
+
+use super::answer::Answer;
+use super::kv::Prefill;
+use super::model::{generated_text, token};
 use super::request::GenerationKind;
 use super::scheduler::{DecodeSlot, Scheduler, Seq};
 use super::stats::RequestGuard;
@@ -68,7 +81,9 @@ impl StreamPlan {
     /// sending it; `None` past the end.
     fn event_at(&self, k: u64) -> Option<(Event, u64)> {
         let tokens = u64::from(self.output_tokens);
-        let chat = self.kind == GenerationKind::Chat;
+        // Every API but completions opens with an event before the first token.
+        let chat = self.kind != GenerationKind::Completion;
+        let openai_chunks = matches!(self.kind, GenerationKind::Chat | GenerationKind::Completion);
         let mut k = k;
         if chat {
             if k == 0 {
@@ -93,6 +108,9 @@ impl StreamPlan {
             return Some((Event::Finish, if chat { 0 } else { self.token_delay_ms }));
         }
         k -= 1;
+        if !openai_chunks {
+            return None;
+        }
         if self.include_usage {
             if k == 0 {
                 return Some((Event::Usage, 0));
@@ -106,7 +124,8 @@ impl StreamPlan {
     fn chunk_prefix(&self) -> String {
         let object = match self.kind {
             GenerationKind::Chat => "chat.completion.chunk",
-            GenerationKind::Completion => "text_completion",
+            // Messages and Responses events are rendered whole (`render_typed`).
+            _ => "text_completion",
         };
         format!(
             r#"{{"id":{},"object":"{object}","created":{},"model":{},"#,
@@ -175,15 +194,22 @@ impl TokenStream {
             self.decoding = Some(self.scheduler.decode());
         }
         self.next += 1;
-        if event == Event::Done && self.plan.reset_after_chunks.is_none() {
+        if self.plan.reset_after_chunks.is_none() && self.plan.event_at(self.next).is_none() {
             // Finished once the last chunk is handed over: a client that
-            // reads [DONE] and hangs up at once has not cancelled anything.
+            // reads [DONE] (or `message_stop`) and hangs up at once has not
+            // cancelled anything.
             self.guard.complete();
         }
         Some((Ok(self.render(event)), self))
     }
 
     fn render(&self, event: Event) -> Bytes {
+        if matches!(
+            self.plan.kind,
+            GenerationKind::Messages | GenerationKind::Responses
+        ) {
+            return Bytes::from(self.render_typed(event));
+        }
         if event == Event::Done {
             return Bytes::from_static(b"data: [DONE]\n\n");
         }
@@ -225,6 +251,135 @@ impl TokenStream {
         }
         out.push_str("\n\n");
         Bytes::from(out)
+    }
+}
+
+/// One `event:` + `data:` pair.
+fn typed_event(out: &mut String, value: &Value) {
+    let kind = value["type"].as_str().unwrap_or("event");
+    out.push_str("event: ");
+    out.push_str(kind);
+    out.push_str("\ndata: ");
+    out.push_str(&value.to_string());
+    out.push_str("\n\n");
+}
+
+impl TokenStream {
+    fn answer(&self) -> Answer<'_> {
+        Answer {
+            id: &self.plan.id,
+            created: self.plan.created,
+            model: &self.plan.model,
+            output_tokens: self.plan.output_tokens,
+            finish_reason: self.plan.finish_reason,
+            prefill: Prefill {
+                prompt_tokens: self.plan.prompt_tokens,
+                cached_tokens: self.plan.cached_tokens,
+            },
+        }
+    }
+
+    /// An event of an Anthropic Messages or a Responses stream.
+    fn render_typed(&self, event: Event) -> String {
+        let answer = self.answer();
+        let tokens = self.plan.output_tokens;
+        let mut out = String::new();
+        if self.plan.kind == GenerationKind::Messages {
+            match event {
+                Event::Role => {
+                    typed_event(
+                        &mut out,
+                        &json!({"type": "message_start", "message": answer.message(None)}),
+                    );
+                    typed_event(
+                        &mut out,
+                        &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    );
+                    typed_event(&mut out, &json!({"type": "ping"}));
+                }
+                Event::Token(index) => typed_event(
+                    &mut out,
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": token(index)}}),
+                ),
+                Event::Finish => {
+                    typed_event(&mut out, &json!({"type": "content_block_stop", "index": 0}));
+                    typed_event(
+                        &mut out,
+                        &json!({
+                            "type": "message_delta",
+                            "delta": {"stop_reason": answer.stop_reason(), "stop_sequence": null},
+                            "usage": {"output_tokens": tokens},
+                        }),
+                    );
+                    typed_event(&mut out, &json!({"type": "message_stop"}));
+                }
+                Event::Usage | Event::Done => {}
+            }
+            return out;
+        }
+        let item_id = answer.message_id();
+        let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+        let mut seq = |value: Value, n: u64| {
+            let mut value = value;
+            value["sequence_number"] = json!(n);
+            typed_event(&mut out, &value);
+        };
+        let first_after = 4 + u64::from(tokens);
+        match event {
+            Event::Role => {
+                seq(
+                    json!({"type": "response.created", "response": answer.response(None)}),
+                    0,
+                );
+                seq(
+                    json!({"type": "response.in_progress", "response": answer.response(None)}),
+                    1,
+                );
+                seq(
+                    json!({"type": "response.output_item.added", "output_index": 0, "item": {
+                        "type": "message", "id": item_id, "status": "in_progress", "role": "assistant", "content": [],
+                    }}),
+                    2,
+                );
+                seq(
+                    json!({"type": "response.content_part.added", "item_id": item_id, "output_index": 0,
+                    "content_index": 0, "part": part("")}),
+                    3,
+                );
+            }
+            Event::Token(index) => seq(
+                json!({"type": "response.output_text.delta", "item_id": item_id,
+                "output_index": 0, "content_index": 0, "delta": token(index), "logprobs": []}),
+                4 + u64::from(index),
+            ),
+            Event::Finish => {
+                let text = generated_text(tokens);
+                seq(
+                    json!({"type": "response.output_text.done", "item_id": item_id, "output_index": 0,
+                    "content_index": 0, "text": text, "logprobs": []}),
+                    first_after,
+                );
+                seq(
+                    json!({"type": "response.content_part.done", "item_id": item_id, "output_index": 0,
+                    "content_index": 0, "part": part(&text)}),
+                    first_after + 1,
+                );
+                seq(
+                    json!({"type": "response.output_item.done", "output_index": 0,
+                    "item": answer.output_message(&text, "completed")}),
+                    first_after + 2,
+                );
+                let done = answer.response(Some(&text));
+                let kind = if done["status"] == "incomplete" {
+                    "response.incomplete"
+                } else {
+                    "response.completed"
+                };
+                seq(json!({"type": kind, "response": done}), first_after + 3);
+            }
+            Event::Usage | Event::Done => {}
+        }
+        out
     }
 }
 
@@ -335,6 +490,66 @@ mod tests {
                 if event == Event::Usage {
                     assert_eq!(json["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn messages_and_responses_streams_are_typed_events_in_order() {
+        for kind in [GenerationKind::Messages, GenerationKind::Responses] {
+            let plan = plan(kind, true);
+            assert_eq!(
+                events(&plan),
+                vec![
+                    (Event::Role, 100),
+                    (Event::Token(0), 10),
+                    (Event::Token(1), 10),
+                    (Event::Finish, 0),
+                ],
+                "no usage chunk, no [DONE]"
+            );
+            let stats = std::sync::Arc::new(super::super::stats::Stats::default());
+            let stream = TokenStream {
+                prefix: plan.chunk_prefix(),
+                plan,
+                next: 0,
+                ended: false,
+                guard: stats.begin(super::super::stats::Endpoint::Messages, 0),
+                scheduler: Arc::new(Scheduler::new(0, 0, 0.0)),
+                decoding: None,
+                seq: None,
+                queue_ms: 0,
+            };
+            let mut types = Vec::new();
+            let mut text = String::new();
+            let mut sequence = Vec::new();
+            for (event, _) in events(&stream.plan) {
+                let bytes = stream.render(event);
+                for frame in String::from_utf8_lossy(&bytes).split_terminator("\n\n") {
+                    let (head, data) = frame.split_once('\n').unwrap();
+                    let json: Value =
+                        serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                    assert_eq!(head, format!("event: {}", json["type"].as_str().unwrap()));
+                    types.push(json["type"].as_str().unwrap().to_owned());
+                    if let Some(n) = json["sequence_number"].as_u64() {
+                        sequence.push(n);
+                    }
+                    for delta in [&json["delta"]["text"], &json["delta"]] {
+                        if let Some(piece) = delta.as_str() {
+                            text.push_str(piece);
+                        }
+                    }
+                }
+            }
+            assert_eq!(text, "tok0 tok1", "{kind:?}: the deltas make the text");
+            if kind == GenerationKind::Messages {
+                assert_eq!(types.first().unwrap(), "message_start");
+                assert_eq!(types.last().unwrap(), "message_stop");
+            } else {
+                assert_eq!(types.first().unwrap(), "response.created");
+                // max_tokens was reached: the Responses API calls that incomplete.
+                assert_eq!(types.last().unwrap(), "response.incomplete");
+                assert_eq!(sequence, (0..sequence.len() as u64).collect::<Vec<_>>());
             }
         }
     }

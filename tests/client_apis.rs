@@ -1,0 +1,224 @@
+//! The APIs clients use besides chat completions: Anthropic's Messages API
+//! and OpenAI's Responses API through the gateway, with their official
+//! Python SDKs (tests/python/requirements.txt; `make test` installs them),
+//! affinity for their conversations, and Anthropic's own error shape and
+//! key header.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use support::*;
+
+const KEYS: &str = "[[api_keys]]\nname = \"sdk\"\nkey_env = \"SDK_KEY\"\n";
+
+fn config(engines: &[(&str, &FakeEngine)], strategy: &str, require_key: bool) -> String {
+    let mut config = format!("[server]\nrequire_api_key = {require_key}\n\n");
+    for (name, engine) in engines {
+        config.push_str(&provider(name, &engine.url()));
+    }
+    let targets: Vec<String> = engines
+        .iter()
+        .map(|(name, _)| format!("{{ provider = \"{name}\", model = \"Qwen/Qwen3-8B\" }}"))
+        .collect();
+    config.push_str(&format!(
+        "[[routes]]\nmodel = \"qwen-chat\"\nstrategy = \"{strategy}\"\ntargets = [{}]\n\n[health]\nenabled = false\n\n{KEYS}",
+        targets.join(", ")
+    ));
+    config
+}
+
+/// Runs `tests/python/<script>` against the gateway and checks it said ok.
+async fn sdk_script(script: &str, package: &str, gateway: &Gateway, base_path: &str) {
+    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let base_url = gateway.url(base_path);
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .args([&script, &base_url, "sk-sdk-test", "qwen-chat"])
+            .output()
+            .expect("python3 must be installed")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains(&format!("No module named '{package}'")),
+        "the {package} package is missing: run `make deps`"
+    );
+    assert!(
+        output.status.success() && stdout.starts_with("ok:"),
+        "{package} client failed:\n{stdout}\n{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn official_anthropic_client_plain_streaming_count_tokens_and_errors() {
+    let engine = FakeEngine::start("e", &["--token-delay-ms", "5"]);
+    let gateway = Gateway::start_with_env(
+        &config(&[("e", &engine)], "round_robin", true),
+        &[("SDK_KEY", "sk-sdk-test")],
+    )
+    .await;
+    // The SDK sends its key as `x-api-key`; the base URL is the host (it adds /v1).
+    sdk_script("anthropic_client.py", "anthropic", &gateway, "").await;
+}
+
+#[tokio::test]
+async fn official_openai_client_responses_plain_and_streaming() {
+    let engine = FakeEngine::start("e", &["--token-delay-ms", "5"]);
+    let gateway = Gateway::start_with_env(
+        &config(&[("e", &engine)], "round_robin", true),
+        &[("SDK_KEY", "sk-sdk-test")],
+    )
+    .await;
+    sdk_script("responses_client.py", "openai", &gateway, "/v1").await;
+}
+
+#[tokio::test]
+async fn the_gateway_key_never_reaches_the_engine_and_anthropic_headers_do() {
+    let engine = FakeEngine::start("e", &[]);
+    let gateway = Gateway::start_with_env(
+        &config(&[("e", &engine)], "round_robin", true),
+        &[("SDK_KEY", "sk-sdk-test")],
+    )
+    .await;
+    let response = client()
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", "sk-sdk-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "tools-2024-04-04")
+        .json(&json!({"model": "qwen-chat", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "message", "{body}");
+    assert_eq!(
+        body["fake"]["received_model"], "Qwen/Qwen3-8B",
+        "model rewritten"
+    );
+    let seen = &body["fake"]["received_headers"];
+    assert!(
+        seen.get("x-api-key").is_none(),
+        "the gateway's key leaked: {seen}"
+    );
+    assert!(seen.get("authorization").is_none(), "{seen}");
+    assert_eq!(seen["anthropic-version"], "2023-06-01");
+    assert_eq!(seen["anthropic-beta"], "tools-2024-04-04");
+
+    // Errors rolter itself answers on this path are in Anthropic's shape.
+    let refused = client()
+        .post(gateway.url("/v1/messages"))
+        .json(&json!({"model": "qwen-chat", "max_tokens": 2, "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+    let bad = client()
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", "sk-sdk-test")
+        .json(&json!({"max_tokens": 2, "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("model"),
+        "{body}"
+    );
+    // The Responses path keeps OpenAI's.
+    let openai = client()
+        .post(gateway.url("/v1/responses"))
+        .header("authorization", "Bearer sk-sdk-test")
+        .json(&json!({"model": "nope", "input": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(openai.status(), 404);
+    let body: Value = openai.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+}
+
+/// Sends one turn on `path` and returns the engine that served it.
+async fn turn(gateway: &Gateway, path: &str, body: Value) -> String {
+    let response = client()
+        .post(gateway.url(path))
+        .header("x-api-key", "sk-sdk-test")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    served_by(&response)
+}
+
+#[tokio::test]
+async fn multi_turn_messages_and_responses_conversations_stay_on_one_engine() {
+    let (a, b, c) = (
+        FakeEngine::start("a", &[]),
+        FakeEngine::start("b", &[]),
+        FakeEngine::start("c", &[]),
+    );
+    let gateway = Gateway::start_with_env(
+        &config(&[("a", &a), ("b", &b), ("c", &c)], "cache_aware", true),
+        &[("SDK_KEY", "sk-sdk-test")],
+    )
+    .await;
+    let mut homes = HashMap::new();
+    for user in 0..6 {
+        let system = format!("You are assistant number {user}. {}", "Rules. ".repeat(200));
+        let mut messages = vec![json!({"role": "user", "content": "hello"})];
+        let mut input = vec![json!({"role": "user", "content": "hello"})];
+        let api = if user % 2 == 0 {
+            "messages"
+        } else {
+            "responses"
+        };
+        let mut served = HashSet::new();
+        for turn_no in 0..4 {
+            let engine = if api == "messages" {
+                turn(
+                    &gateway,
+                    "/v1/messages",
+                    json!({"model": "qwen-chat", "max_tokens": 2, "system": system, "messages": messages}),
+                )
+                .await
+            } else {
+                turn(
+                    &gateway,
+                    "/v1/responses",
+                    json!({"model": "qwen-chat", "max_output_tokens": 2, "instructions": system, "input": input}),
+                )
+                .await
+            };
+            served.insert(engine.clone());
+            homes.insert(user, engine);
+            let reply = format!("answer {turn_no}");
+            messages
+                .push(json!({"role": "assistant", "content": [{"type": "text", "text": reply}]}));
+            messages.push(json!({"role": "user", "content": format!("turn {turn_no}")}));
+            input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply}]}));
+            input.push(json!({"role": "user", "content": [{"type": "input_text", "text": format!("turn {turn_no}")}]}));
+        }
+        assert_eq!(
+            served.len(),
+            1,
+            "{api} conversation {user} moved: {served:?}"
+        );
+    }
+    let distinct: HashSet<_> = homes.values().collect();
+    assert!(
+        distinct.len() >= 2,
+        "six cold conversations all on one engine: {homes:?}"
+    );
+}
