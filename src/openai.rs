@@ -2,6 +2,7 @@
 //! responses) and Anthropic's Messages, as vLLM and SGLang serve them:
 //! endpoints, request bodies, routing text.
 
+pub mod as_chat;
 mod conversation;
 mod messages;
 mod raw;

@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use rolter_tokenize::{ChatRequest, LoadError, ModelTokenizer, TokenizeError, TokenizerRegistry};
 
-use crate::openai::{Endpoint, ParsedRequest, TextSpans};
+use crate::openai::{as_chat, Endpoint, ParsedRequest, TextSpans};
 
 /// Default for `tokenizer_budget_kib`.
 pub const DEFAULT_BUDGET_KIB: u32 = 64;
@@ -233,6 +233,27 @@ fn token_ids(
                 .and_then(|raw| serde_json::from_slice::<std::borrow::Cow<'_, str>>(raw).ok())
                 .ok_or(NoTokens::Unreadable)?;
             tokens.model.prompt_token_ids(&prompt, tokens.budget_bytes)
+        }
+        Endpoint::Messages | Endpoint::MessagesCountTokens | Endpoint::Responses => {
+            let (system, conversation) = match endpoint {
+                Endpoint::Responses => (spans.system.as_ref(), spans.input.as_ref()),
+                _ => (spans.system.as_ref(), spans.messages.as_ref()),
+            };
+            let conversation = conversation.and_then(text).ok_or(NoTokens::Unreadable)?;
+            let system = system.and_then(text);
+            let tools = spans.tools.as_ref().and_then(text);
+            let parts = match endpoint {
+                Endpoint::Responses => as_chat::from_responses(system, conversation, tools),
+                _ => as_chat::from_messages(system, conversation, tools),
+            }
+            .ok_or(NoTokens::Unreadable)?;
+            let chat = ChatRequest {
+                messages: &parts.messages,
+                tools: parts.tools.as_deref(),
+                chat_template_kwargs: None,
+                add_generation_prompt: None,
+            };
+            tokens.model.chat_token_ids(&chat, tokens.budget_bytes)
         }
         _ => return Err(NoTokens::Unreadable),
     };

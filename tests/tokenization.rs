@@ -133,9 +133,17 @@ fn counted(metrics: &str, source: &str, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test]
-async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
-    let reference = reference("chatml", "long_conversation");
+/// Three engines behind a `precise_cache_aware` route with the fixture's
+/// ChatML tokenizer: b holds `reference`'s blocks and is the busiest, so
+/// only the history can bring a request there.
+struct HistoryOnB {
+    engines: [FakeEngine; 3],
+    gateway: Gateway,
+    model_dir: PathBuf,
+    _busy: [tokio::task::JoinHandle<()>; 3],
+}
+
+async fn history_on_b(reference: &Reference) -> HistoryOnB {
     let blocks = reference.ids.len() / KV_BLOCK;
     assert!(blocks >= 8, "a conversation of {blocks} blocks");
     let (a, b, c) = (kv_engine("a"), kv_engine("b"), kv_engine("c"));
@@ -174,7 +182,7 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
     );
 
     // b is the busiest engine: without the history, least load avoids it.
-    let _busy = [
+    let busy = [
         hold(&gateway, "b"),
         hold(&gateway, "b"),
         hold(&gateway, "a"),
@@ -190,7 +198,21 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
         in_flight >= 3
     })
     .await;
-    let served = continuations(&gateway, &reference.messages, 5).await;
+    HistoryOnB {
+        engines: [a, b, c],
+        gateway,
+        model_dir,
+        _busy: busy,
+    }
+}
+
+#[tokio::test]
+async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
+    let reference = reference("chatml", "long_conversation");
+    let setup = history_on_b(&reference).await;
+    let (gateway, model_dir) = (&setup.gateway, &setup.model_dir);
+    let _engines = &setup.engines;
+    let served = continuations(gateway, &reference.messages, 5).await;
     assert_eq!(
         served, ["b"; 5],
         "text-only continuations left the engine holding their history"
@@ -217,7 +239,7 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
     .unwrap();
     let (status, body) = gateway.reload().await;
     assert_eq!(status, 200, "{body}");
-    let served = continuations(&gateway, &reference.messages, 3).await;
+    let served = continuations(gateway, &reference.messages, 3).await;
     assert_eq!(
         served, ["c"; 3],
         "a changed template still matched b's blocks"
@@ -231,7 +253,7 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
     .unwrap();
     let (status, body) = gateway.reload().await;
     assert_eq!(status, 200, "{body}");
-    let served = continuations(&gateway, &reference.messages, 3).await;
+    let served = continuations(gateway, &reference.messages, 3).await;
     assert_eq!(served, ["c"; 3]);
     let metrics = gateway.metrics().await;
     assert_eq!(counted(&metrics, "none", "template_error"), 3, "{metrics}");
@@ -249,4 +271,56 @@ async fn text_only_sdk_chats_follow_the_engine_holding_their_history() {
         text.contains("chat_template.jinja") && text.contains("line 2"),
         "{text}"
     );
+}
+
+/// The engine that served `body` on `path`.
+async fn served_on(gateway: &Gateway, path: &str, body: Value) -> String {
+    let response = client()
+        .post(gateway.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    served_by(&response)
+}
+
+#[tokio::test]
+async fn messages_and_responses_conversations_follow_the_engine_holding_their_history() {
+    let reference = reference("chatml", "long_conversation");
+    let setup = history_on_b(&reference).await;
+    let gateway = &setup.gateway;
+    let chat: Vec<Value> = serde_json::from_str(&reference.messages).unwrap();
+    let (system, turns) = chat.split_first().unwrap();
+    assert_eq!(system["role"], "system");
+    let system = system["content"].as_str().unwrap();
+    for turn in 0..3 {
+        // The history as each API carries it, then one more exchange.
+        let mut history: Vec<Value> = turns.to_vec();
+        history.push(
+            json!({"role": "assistant", "content": format!("Here is answer number {turn}.")}),
+        );
+        history.push(
+            json!({"role": "user", "content": format!("Thanks. Follow-up question {turn}?")}),
+        );
+        let messages =
+            json!({"model": "chat", "max_tokens": 2, "system": system, "messages": history});
+        assert_eq!(
+            served_on(gateway, "/v1/messages", messages).await,
+            "b",
+            "a Messages continuation left the engine holding its history (turn {turn})"
+        );
+        let input: Vec<Value> = history
+            .iter()
+            .map(|m| json!({"type": "message", "role": m["role"], "content": m["content"]}))
+            .collect();
+        let responses = json!({"model": "chat", "max_output_tokens": 2, "instructions": system, "input": input});
+        assert_eq!(
+            served_on(gateway, "/v1/responses", responses).await,
+            "b",
+            "a Responses continuation left the engine holding its history (turn {turn})"
+        );
+    }
+    let metrics = gateway.metrics().await;
+    assert!(counted(&metrics, "gateway", "") >= 6, "{metrics}");
 }

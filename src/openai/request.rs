@@ -53,6 +53,10 @@ pub struct TextSpans {
     pub add_generation_prompt: Option<bool>,
     /// Completions: `prompt` when one string (its literal, quotes included).
     pub prompt: Option<Range<usize>>,
+    /// Messages: `system`; Responses: `instructions` (unless `null`).
+    pub system: Option<Range<usize>>,
+    /// Responses: `input` (Messages' `messages` and `tools` use the fields above).
+    pub input: Option<Range<usize>>,
 }
 
 /// Why a body cannot be routed. Each names the offending field where there is one.
@@ -194,10 +198,22 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
             add_generation_prompt: envelope
                 .add_generation_prompt
                 .and_then(|r| serde_json::from_str::<bool>(r.get()).ok()),
-            prompt: None,
+            ..TextSpans::default()
         }),
         Endpoint::Completions if readable => Some(TextSpans {
             prompt: span(envelope.prompt.filter(|p| p.get().starts_with('"'))),
+            ..TextSpans::default()
+        }),
+        Endpoint::Messages | Endpoint::MessagesCountTokens if readable => Some(TextSpans {
+            messages: span(envelope.messages),
+            tools: span(envelope.tools),
+            system: span(envelope.system),
+            ..TextSpans::default()
+        }),
+        Endpoint::Responses if readable => Some(TextSpans {
+            input: span(envelope.input),
+            tools: span(envelope.tools),
+            system: span(envelope.instructions),
             ..TextSpans::default()
         }),
         _ => None,
