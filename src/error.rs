@@ -33,6 +33,8 @@ pub enum GatewayError {
     UnknownModel { model: String },
     #[error("The request header is {size} bytes, over the limit of {limit} bytes.")]
     HeaderTooLarge { size: usize, limit: usize },
+    #[error("No response `{id}` is known to this gateway: it was not answered through it, or it was deleted, or forgotten (the gateway remembers the newest 100,000).")]
+    UnknownResponse { id: String },
     #[error("No eligible target for the model `{model}`: {reason}.")]
     NoEligibleTarget { model: String, reason: String },
     #[error("Every attempt for the model `{model}` failed; last: {last}.")]
@@ -94,7 +96,9 @@ struct ErrorObject<'a> {
 impl GatewayError {
     pub fn status(&self) -> u16 {
         match self {
-            GatewayError::UnknownEndpoint { .. } | GatewayError::UnknownModel { .. } => 404,
+            GatewayError::UnknownEndpoint { .. }
+            | GatewayError::UnknownModel { .. }
+            | GatewayError::UnknownResponse { .. } => 404,
             GatewayError::MethodNotAllowed { .. } => 405,
             GatewayError::MissingApiKey | GatewayError::InvalidApiKey => 401,
             GatewayError::ModelNotAllowed { .. } | GatewayError::NoAllowedProvider { .. } => 403,
@@ -178,6 +182,9 @@ impl GatewayError {
             ),
             GatewayError::NoEligibleTarget { .. } => {
                 ("server_error", None, Some("no_eligible_target"))
+            }
+            GatewayError::UnknownResponse { .. } => {
+                ("invalid_request_error", None, Some("response_not_found"))
             }
             GatewayError::UpstreamFailed { .. } => ("server_error", None, Some("upstream_error")),
             GatewayError::HeaderTooLarge { .. } => (

@@ -14,11 +14,13 @@ use crate::health::HealthRegistry;
 use crate::kv_events::KvIndexRegistry;
 use crate::lmcache::OccupancyRegistry;
 use crate::rate_limit::RateLimits;
+use crate::response_homes::ResponseHomes;
 use crate::tracker::LoadTracker;
 
 /// What the gateway learns and keeps across snapshots: per-target load and
 /// breaker state, provider health, KV indexes, cache occupancy, what each
-/// API key used of its rate limits, the requests flow control holds.
+/// API key used of its rate limits, the requests flow control holds, which
+/// engine holds which Responses API answer.
 #[derive(Debug)]
 pub struct Learned {
     pub tracker: Arc<LoadTracker>,
@@ -28,6 +30,8 @@ pub struct Learned {
     pub rate_limits: Arc<RateLimits>,
     /// Woken by the tracker's capacity signal.
     pub flow: Arc<FlowControl>,
+    /// Which engine holds which Responses API answer.
+    pub response_homes: Arc<ResponseHomes>,
 }
 
 impl Default for Learned {
@@ -41,6 +45,7 @@ impl Default for Learned {
             occupancy: Arc::default(),
             rate_limits: Arc::default(),
             flow,
+            response_homes: Arc::default(),
         }
     }
 }

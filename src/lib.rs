@@ -28,6 +28,7 @@ pub mod openai;
 pub mod proxy;
 pub mod rate_limit;
 pub mod reload;
+pub mod response_homes;
 pub mod serve;
 pub mod signals;
 pub mod snapshot;

@@ -27,6 +27,9 @@ pub enum Endpoint {
     Messages,
     /// `POST /v1/messages/count_tokens`: a Messages body, counted.
     MessagesCountTokens,
+    /// `GET`/`DELETE /v1/responses/{id}`, `GET …/{id}/input_items`,
+    /// `POST …/{id}/cancel`: a stored response, at the engine holding it.
+    ResponseById,
 }
 
 /// Whose API a request speaks: the shape of the errors rolter answers it with.
@@ -57,21 +60,33 @@ impl Endpoint {
             "/v1/responses" => Some(Endpoint::Responses),
             "/v1/messages" => Some(Endpoint::Messages),
             "/v1/messages/count_tokens" => Some(Endpoint::MessagesCountTokens),
+            _ if response_id(path).is_some() => Some(Endpoint::ResponseById),
             _ => None,
         }
     }
 
-    /// The one method the endpoint accepts.
-    pub fn method(self) -> http::Method {
+    /// Whether the endpoint at `path` accepts `method`.
+    pub fn allows(self, method: &http::Method, path: &str) -> bool {
         match self {
-            Endpoint::Models => http::Method::GET,
-            _ => http::Method::POST,
+            Endpoint::Models => method == http::Method::GET,
+            Endpoint::ResponseById => match path.rsplit_once('/').map(|(_, last)| last) {
+                Some("cancel") => method == http::Method::POST,
+                Some("input_items") => method == http::Method::GET,
+                _ => method == http::Method::GET || method == http::Method::DELETE,
+            },
+            _ => method == http::Method::POST,
         }
     }
 
-    pub fn method_name(self) -> &'static str {
+    /// The methods `allows` accepts at `path`, for a 405's `Allow`.
+    pub fn method_name(self, path: &str) -> &'static str {
         match self {
             Endpoint::Models => "GET",
+            Endpoint::ResponseById => match path.rsplit_once('/').map(|(_, last)| last) {
+                Some("cancel") => "POST",
+                Some("input_items") => "GET",
+                _ => "GET, DELETE",
+            },
             _ => "POST",
         }
     }
@@ -85,6 +100,18 @@ impl Endpoint {
             Endpoint::Responses => "responses",
             Endpoint::Messages => "messages",
             Endpoint::MessagesCountTokens => "messages/count_tokens",
+            Endpoint::ResponseById => "responses/{id}",
         }
     }
+}
+
+/// The response id in a `/v1/responses/{id}[/input_items|/cancel]` path.
+pub fn response_id(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let id = match rest.split_once('/') {
+        Some((id, "input_items" | "cancel")) => id,
+        Some(_) => return None,
+        None => rest,
+    };
+    (!id.is_empty()).then_some(id)
 }

@@ -55,6 +55,7 @@ use dispatch::Dispatch;
 use outcome::{attempt_failed, attempt_succeeded, Failure};
 
 use crate::error::GatewayError;
+use crate::response_homes::{self, Home};
 use crate::state::GatewayState;
 use crate::tracker::{parse_retry_after, FailureReason};
 
@@ -128,7 +129,8 @@ impl ProxyHttp for Gateway {
         session.set_write_timeout(Some(server.send_timeout));
         ctx.request_id = Some(request_id::ensure(session));
         ctx.origin = Some(ClientOrigin::of(session, server));
-        match admission::admit(session, ctx, &self.state.metrics).await {
+        let homes = &self.state.learned.response_homes;
+        match admission::admit(session, ctx, &self.state.metrics, homes).await {
             Ok(Next::Route) => Ok(false),
             Ok(Next::ListModels(caller)) => {
                 let keepalive = !self.state.is_draining();
@@ -222,7 +224,7 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
@@ -268,6 +270,12 @@ impl ProxyHttp for Gateway {
             return Ok(());
         }
         if status < 400 {
+            if let Some(id) = &admitted.response_id {
+                if session.req_header().method == http::Method::DELETE {
+                    // The engine deleted it: nothing holds it any more.
+                    self.state.learned.response_homes.forget(id);
+                }
+            }
             route
                 .balancer
                 .observe(attempt.target, &admitted.route_context(attempt.now_ms));
@@ -302,6 +310,20 @@ impl ProxyHttp for Gateway {
             attempt.first_byte = Some(attempt.started.elapsed());
             if let Some(guard) = attempt.in_flight.as_mut() {
                 guard.first_byte();
+            }
+            if admitted.learns_response && attempt.status.is_some_and(|s| s < 400) {
+                let id = body.as_deref().and_then(response_homes::id_in);
+                if let Some(id) = id {
+                    let target = &admitted.route.targets[attempt.target];
+                    self.state.learned.response_homes.learn(
+                        id,
+                        Home {
+                            provider: target.id.provider.as_str().into(),
+                            upstream_model: target.id.model.as_str().into(),
+                            model: admitted.request.model.as_str().into(),
+                        },
+                    );
+                }
             }
         }
         if !attempt.teaches {

@@ -222,3 +222,99 @@ async fn multi_turn_messages_and_responses_conversations_stay_on_one_engine() {
         "six cold conversations all on one engine: {homes:?}"
     );
 }
+
+/// A Responses request on `path` with `body`: its status, JSON and engine.
+async fn responses_call(
+    gateway: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value, String) {
+    let mut request = client()
+        .request(method, gateway.url(path))
+        .header("authorization", "Bearer sk-sdk-test");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let engine = served_by(&response);
+    let text = response.text().await.unwrap();
+    let json = serde_json::from_str(&text)
+        .or_else(|_| {
+            // A stream: the response object of its first event.
+            let data = text
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or("null");
+            serde_json::from_str::<Value>(data).map(|event| event["response"].clone())
+        })
+        .unwrap_or(Value::Null);
+    (status, json, engine)
+}
+
+#[tokio::test]
+async fn stored_responses_and_their_continuations_reach_the_engine_holding_them() {
+    let (a, b, c) = (
+        FakeEngine::start("a", &[]),
+        FakeEngine::start("b", &[]),
+        FakeEngine::start("c", &[]),
+    );
+    // Round robin: without the learned homes every next request moves,
+    // and the other engines do not hold the response (vLLM answers 404).
+    let gateway = Gateway::start_with_env(
+        &config(&[("a", &a), ("b", &b), ("c", &c)], "round_robin", true),
+        &[("SDK_KEY", "sk-sdk-test")],
+    )
+    .await;
+    let post = reqwest::Method::POST;
+    let (status, first, home) = responses_call(
+        &gateway,
+        post.clone(),
+        "/v1/responses",
+        Some(json!({"model": "qwen-chat", "input": "hello", "max_output_tokens": 2})),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let mut last = first["id"].as_str().unwrap().to_string();
+    for turn in 0..4 {
+        let stream = turn % 2 == 1;
+        let (status, answer, engine) = responses_call(
+            &gateway,
+            post.clone(),
+            "/v1/responses",
+            Some(json!({"model": "qwen-chat", "input": format!("turn {turn}"), "max_output_tokens": 2,
+                        "previous_response_id": last, "stream": stream})),
+        )
+        .await;
+        assert_eq!(status, 200, "turn {turn} (stream {stream}): {answer}");
+        assert_eq!(
+            engine, home,
+            "turn {turn} (stream {stream}) left the engine holding {last}"
+        );
+        last = answer["id"].as_str().unwrap().to_string();
+    }
+    // The last id came from a stream's first event: learned all the same.
+    let by_id = format!("/v1/responses/{last}");
+    let (status, got, engine) = responses_call(&gateway, reqwest::Method::GET, &by_id, None).await;
+    assert_eq!((status, engine.as_str()), (200, home.as_str()), "{got}");
+    assert_eq!(got["id"], last.as_str());
+    let (status, _, _) = responses_call(&gateway, reqwest::Method::PUT, &by_id, None).await;
+    assert_eq!(status, 405);
+    let (status, deleted, engine) =
+        responses_call(&gateway, reqwest::Method::DELETE, &by_id, None).await;
+    assert_eq!((status, engine.as_str()), (200, home.as_str()), "{deleted}");
+    assert_eq!(deleted["deleted"], true);
+    for id in [last.as_str(), "resp-never-seen"] {
+        let (status, error, engine) = responses_call(
+            &gateway,
+            reqwest::Method::GET,
+            &format!("/v1/responses/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 404, "{error}");
+        assert_eq!(engine, "-", "answered by the gateway, not an engine");
+        assert_eq!(error["error"]["code"], "response_not_found", "{error}");
+    }
+}

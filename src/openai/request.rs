@@ -38,6 +38,26 @@ pub struct ParsedRequest {
     /// Where the parts a chat template reads sit in the body, so the
     /// route's tokenizer can read them when it has one (`tokenization.rs`).
     pub text_spans: Option<TextSpans>,
+    /// Responses: the stored response this one continues.
+    pub previous_response_id: Option<String>,
+}
+
+impl ParsedRequest {
+    /// A request with no body to read, for `model` as the engine knows it
+    /// (`GET /v1/responses/{id}`): nothing to rewrite, nothing to route on.
+    pub fn bodiless(model: &str) -> ParsedRequest {
+        ParsedRequest {
+            model: model.to_string(),
+            model_span: 0..0,
+            stream: false,
+            prompt: String::new(),
+            prompt_len: 0,
+            prompt_digest: 0,
+            token_ids: None,
+            text_spans: None,
+            previous_response_id: None,
+        }
+    }
 }
 
 /// Byte ranges of raw JSON values in the body.
@@ -119,6 +139,8 @@ struct Envelope<'a> {
     /// Responses: the system prompt.
     #[serde(borrow)]
     instructions: Option<&'a RawValue>,
+    #[serde(borrow)]
+    previous_response_id: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -184,7 +206,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         Endpoint::Messages | Endpoint::MessagesCountTokens => {
             super::messages::read(envelope.system, envelope.messages, &mut conversation)
         }
-        Endpoint::Models => false,
+        Endpoint::Models | Endpoint::ResponseById => false,
     };
     let span = |raw: Option<&RawValue>| {
         raw.filter(|r| r.get() != "null")
@@ -231,6 +253,13 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         prompt_digest,
         token_ids: token_ids.map(Arc::from),
         text_spans,
+        previous_response_id: match endpoint {
+            Endpoint::Responses => envelope
+                .previous_response_id
+                .and_then(string_value)
+                .map(Cow::into_owned),
+            _ => None,
+        },
     })
 }
 

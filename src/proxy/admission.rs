@@ -12,6 +12,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use http::header;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
@@ -22,7 +24,11 @@ use super::SESSION_HEADER;
 use crate::auth::{bearer_token, Caller};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::openai::{parse_request, parse_token_ids, Endpoint, RequestError, TOKEN_IDS_HEADER};
+use crate::openai::{
+    parse_request, parse_token_ids, response_id, Endpoint, ParsedRequest, RequestError,
+    TOKEN_IDS_HEADER,
+};
+use crate::response_homes::ResponseHomes;
 use crate::snapshot::{Refusal, Snapshot};
 use crate::tokenization::fill_token_ids;
 
@@ -41,6 +47,7 @@ pub async fn admit(
     session: &mut Session,
     ctx: &mut RequestCtx,
     metrics: &Metrics,
+    homes: &ResponseHomes,
 ) -> Result<Next, GatewayError> {
     let snapshot = Arc::clone(&ctx.snapshot);
     let endpoint = check_header(session.req_header(), &snapshot)?;
@@ -59,6 +66,9 @@ pub async fn admit(
                 return Err(GatewayError::limited(&caller.name, limited));
             }
         }
+    }
+    if endpoint == Endpoint::ResponseById {
+        return stored_response(session.req_header(), ctx, homes, &caller);
     }
 
     let header_token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
@@ -87,6 +97,16 @@ pub async fn admit(
         });
     }
     let route = snapshot.route(&address, crate::clock::now_ms());
+    // A continuation goes where the response it continues is stored.
+    let preferred = request
+        .previous_response_id
+        .as_deref()
+        .and_then(|id| homes.get(id))
+        .and_then(|home| {
+            route.targets.iter().position(|t| {
+                *t.id.provider == *home.provider && *t.id.model == *home.upstream_model
+            })
+        });
     let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request).await;
     Metrics::record_token_source(&route.metrics, source);
     let priority = priority(session.req_header(), &caller)?;
@@ -103,6 +123,46 @@ pub async fn admit(
         body,
         session_key,
         priority,
+        preferred,
+        response_id: None,
+        learns_response: endpoint == Endpoint::Responses,
+    });
+    Ok(Next::Route)
+}
+
+/// `/v1/responses/{id}` and its sub-resources: to the engine that answered
+/// `id` (learned from the answer, `response_homes.rs`), through its pinned
+/// provider address. The caller's key must allow the model the response
+/// was asked for and the provider holding it. Nothing to read or rewrite.
+fn stored_response(
+    request: &RequestHeader,
+    ctx: &mut RequestCtx,
+    homes: &ResponseHomes,
+    caller: &Caller,
+) -> Result<Next, GatewayError> {
+    let id = response_id(request.uri.path()).unwrap_or_default();
+    let unknown = || GatewayError::UnknownResponse { id: id.to_string() };
+    let home = homes.get(id).ok_or_else(unknown)?;
+    if !caller.may_use_model(&home.model) || !caller.may_use_provider(&home.provider) {
+        return Err(GatewayError::ModelNotAllowed {
+            key: caller.name.clone(),
+            model: home.model.to_string(),
+        });
+    }
+    let name = format!("{}/{}", home.provider, home.upstream_model);
+    let snapshot = Arc::clone(&ctx.snapshot);
+    // The provider left the configuration: nothing holds the response here.
+    let address = snapshot.address(&name).ok_or_else(unknown)?;
+    let route = snapshot.route(&address, crate::clock::now_ms());
+    ctx.admitted = Some(Admitted {
+        route,
+        request: ParsedRequest::bodiless(&home.upstream_model),
+        body: Bytes::new(),
+        session_key: None,
+        priority: caller.priority,
+        preferred: None,
+        response_id: Some(id.to_string()),
+        learns_response: false,
     });
     Ok(Next::Route)
 }
@@ -121,11 +181,11 @@ fn check_header(request: &RequestHeader, snapshot: &Snapshot) -> Result<Endpoint
             path: path.to_string(),
         });
     };
-    if request.method != endpoint.method() {
+    if !endpoint.allows(&request.method, path) {
         return Err(GatewayError::MethodNotAllowed {
             method: request.method.to_string(),
             path: path.to_string(),
-            allowed: endpoint.method_name(),
+            allowed: endpoint.method_name(path),
         });
     }
     Ok(endpoint)

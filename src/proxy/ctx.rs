@@ -76,6 +76,13 @@ pub struct Admitted {
     pub session_key: Option<String>,
     /// Flow control's priority band: the key's, or lower by `x-rolter-priority`.
     pub priority: i32,
+    /// The target to take when it is eligible: the one holding the
+    /// response a Responses request continues (`previous_response_id`).
+    pub preferred: Option<usize>,
+    /// `/v1/responses/{id}`: the id, forgotten once its engine deleted it.
+    pub response_id: Option<String>,
+    /// A Responses request: its answer's id is learned (`response_homes.rs`).
+    pub learns_response: bool,
 }
 
 impl Admitted {

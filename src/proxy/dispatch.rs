@@ -35,6 +35,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
         return Dispatch::Refused(not_admitted("upstream_peer"));
     };
     let route = Arc::clone(&admitted.route);
+    let preferred = admitted.preferred;
     let now_ms = crate::clock::now_ms();
     let loads: SmallVec<[u64; 16]> = route
         .targets
@@ -46,13 +47,23 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
     for _ in 0..=route.targets.len() {
         let mut rule = ctx.eligibility(&route, now_ms);
         eligibility::note_health_panic(&route, rule.health_panic());
-        let picked = select::admitted_pick(
-            &route,
-            &mut rule,
-            &admitted.route_context(now_ms),
-            &loads,
-            &ctx.snapshot.limits.breaker,
-        );
+        let breaker = &ctx.snapshot.limits.breaker;
+        // The target holding what the request continues, when it may take it.
+        let picked = preferred
+            .filter(|&i| rule.is_eligible(i))
+            .and_then(|i| {
+                let admission = route.targets[i].stats.breaker.try_admit(now_ms, breaker)?;
+                Some((i, admission))
+            })
+            .or_else(|| {
+                select::admitted_pick(
+                    &route,
+                    &mut rule,
+                    &admitted.route_context(now_ms),
+                    &loads,
+                    breaker,
+                )
+            });
         let Some((index, admission)) = picked else {
             match rule.remaining() {
                 // A stream that ended between the balancer's look and this

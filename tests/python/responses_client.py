@@ -24,6 +24,21 @@ def main() -> None:
     assert plain.output_text == "tok0 tok1 tok2 tok3 tok4", plain
     assert plain.usage.output_tokens == 5, plain.usage
 
+    # The stored response, and a continuation of it, reach the engine holding it.
+    got = client.responses.retrieve(plain.id)
+    assert got.id == plain.id and got.output_text == plain.output_text, got
+    follow = client.responses.create(
+        model=model, input="And then?", previous_response_id=plain.id, max_output_tokens=2
+    )
+    assert follow.output_text == "tok0 tok1", follow
+    client.responses.delete(follow.id)
+    try:
+        client.responses.retrieve(follow.id)
+    except openai.NotFoundError as error:
+        assert error.body["code"] == "response_not_found", error.body
+    else:
+        raise AssertionError("a deleted response was still found")
+
     deltas = []
     done = None
     stream = client.responses.create(

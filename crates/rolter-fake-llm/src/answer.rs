@@ -1,9 +1,47 @@
 //! Answers in Anthropic's Messages shape and OpenAI's Responses shape, whole
 //! or as the opening object of a stream (`handlers.rs`, `stream.rs`).
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
 use serde_json::{json, Value};
 
 use super::kv::Prefill;
+
+/// Responses kept by id, the oldest forgotten past [`ResponseStore::CAPACITY`].
+#[derive(Debug, Default)]
+pub(crate) struct ResponseStore {
+    inner: Mutex<(HashMap<String, Value>, VecDeque<String>)>,
+}
+
+impl ResponseStore {
+    const CAPACITY: usize = 10_000;
+
+    pub(crate) fn put(&self, id: &str, response: Value) {
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, order) = &mut *guard;
+        if map.insert(id.to_owned(), response).is_none() {
+            order.push_back(id.to_owned());
+        }
+        while order.len() > Self::CAPACITY {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<Value> {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        guard.0.get(id).cloned()
+    }
+
+    pub(crate) fn remove(&self, id: &str) -> bool {
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, order) = &mut *guard;
+        order.retain(|kept| kept != id);
+        map.remove(id).is_some()
+    }
+}
 
 /// What an answer in Anthropic's or the Responses shape says, streamed or not.
 pub(crate) struct Answer<'a> {

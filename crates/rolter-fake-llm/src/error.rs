@@ -37,6 +37,16 @@ impl ApiError {
         }
     }
 
+    /// vLLM's answer for a response id it does not hold.
+    pub(crate) fn unknown_response(id: &str, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("Response with id '{id}' not found."),
+            param,
+            retry_after: None,
+        }
+    }
+
     /// The failure the operator asked for with `--fail-status` or `/fake/control`.
     pub(crate) fn injected(status: u16, engine: &str, retry_after: Option<u64>) -> Self {
         ApiError {

@@ -98,6 +98,7 @@ pub(crate) async fn handle(
             engine_request(
                 &engine,
                 &method,
+                path,
                 Endpoint::from_path(path),
                 &body,
                 &received,
@@ -120,6 +121,7 @@ pub(crate) async fn handle(
 async fn engine_request(
     engine: &Engine,
     method: &Method,
+    path: &str,
     endpoint: Endpoint,
     body: &Bytes,
     received: &Received,
@@ -176,6 +178,9 @@ async fn engine_request(
             )
             .await
         }
+        (Endpoint::ResponseById, &Method::GET | &Method::DELETE) => {
+            response_by_id(engine, method, path)
+        }
         (Endpoint::MessagesCountTokens, &Method::POST) => {
             match count_message_tokens(body, &engine.tokenizer) {
                 Ok(tokens) => Json(json!({ "input_tokens": tokens })).into_response(),
@@ -214,6 +219,20 @@ async fn generate(
         guard.complete();
         return error.into_response();
     }
+    // A Responses continuation needs the response it continues, which only
+    // the engine that answered it holds.
+    let fields: Value = if kind == GenerationKind::Responses {
+        serde_json::from_slice(body).unwrap_or_default()
+    } else {
+        Value::Null
+    };
+    if let Some(previous) = fields.get("previous_response_id").and_then(Value::as_str) {
+        if engine.responses.get(previous).is_none() {
+            guard.complete();
+            return ApiError::unknown_response(previous, Some("previous_response_id"))
+                .into_response();
+        }
+    }
     let id = engine.response_id(match kind {
         GenerationKind::Chat => "chatcmpl",
         GenerationKind::Completion => "cmpl",
@@ -222,6 +241,18 @@ async fn generate(
     });
     let created = unix_seconds();
     let prefill = engine.kv.admit(&request.prompts);
+    if kind == GenerationKind::Responses && fields.get("store") != Some(&Value::Bool(false)) {
+        let answer = Answer {
+            id: &id,
+            created,
+            model: &request.model,
+            output_tokens: request.output_tokens,
+            finish_reason: request.finish_reason,
+            prefill,
+        };
+        let text = generated_text(request.output_tokens);
+        engine.responses.put(&id, answer.response(Some(&text)));
+    }
     // The requests running before this one (its own guard counts it too).
     let ahead = engine.stats.running().saturating_sub(1);
     let ttft_ms = mode
@@ -347,6 +378,21 @@ fn completion_json(
         },
         "fake": received.echo(engine, &request.model),
     })
+}
+
+/// `GET` or `DELETE /v1/responses/{id}`: the kept response, or vLLM's 404.
+fn response_by_id(engine: &Engine, method: &Method, path: &str) -> Response {
+    let id = path.trim_start_matches("/v1/responses/");
+    if method == Method::DELETE {
+        return match engine.responses.remove(id) {
+            true => Json(json!({"id": id, "object": "response", "deleted": true})).into_response(),
+            false => ApiError::unknown_response(id, None).into_response(),
+        };
+    }
+    match engine.responses.get(id) {
+        Some(response) => Json(response).into_response(),
+        None => ApiError::unknown_response(id, None).into_response(),
+    }
 }
 
 /// `/v1/embeddings`: one vector per input, after the time to first token

@@ -12,7 +12,10 @@
 //! `/v1/responses` and Anthropic's `/v1/messages` (each streamed as SSE or
 //! not, in its own API's shape, as vLLM serves them),
 //! `/v1/messages/count_tokens`, `/v1/embeddings`, `/v1/models`, `/health`,
-//! `/tokenize` and a few vLLM `/metrics` series. Output is deterministic (`tok0 tok1 …`, see
+//! `/tokenize` and a few vLLM `/metrics` series. Like vLLM it keeps the
+//! Responses it answered (the newest 10,000): `GET`/`DELETE
+//! /v1/responses/{id}`, and a `previous_response_id` it does not hold is a
+//! 404, so a continuation that reaches the wrong engine fails as it would. Output is deterministic (`tok0 tok1 …`, see
 //! [`model`]), paced by a time to first token and a per-token delay.
 //!
 //! For tests every answer echoes what arrived: the `model` field is the
@@ -107,6 +110,9 @@ struct Engine {
     /// Makes response ids unique across engine restarts.
     id_seed: u64,
     next_id: AtomicU64,
+    /// Responses API answers kept for `GET /v1/responses/{id}` and
+    /// `previous_response_id`, as vLLM keeps them (bounded here).
+    responses: answer::ResponseStore,
 }
 
 impl Engine {
@@ -143,6 +149,7 @@ impl Engine {
             )),
             id_seed,
             next_id: AtomicU64::new(0),
+            responses: answer::ResponseStore::default(),
         }
     }
 

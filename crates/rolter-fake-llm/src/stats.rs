@@ -34,12 +34,14 @@ pub(crate) enum Endpoint {
     MessagesCountTokens,
     /// OpenAI's `/v1/responses`.
     Responses,
+    /// `/v1/responses/{id}` (get, delete).
+    ResponseById,
     /// Anything vLLM would answer with a 404.
     Other,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 11] = [
+    const ALL: [Endpoint; 12] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -50,6 +52,7 @@ impl Endpoint {
         Endpoint::Messages,
         Endpoint::MessagesCountTokens,
         Endpoint::Responses,
+        Endpoint::ResponseById,
         Endpoint::Other,
     ];
 
@@ -65,6 +68,12 @@ impl Endpoint {
             "/v1/messages" => Endpoint::Messages,
             "/v1/messages/count_tokens" => Endpoint::MessagesCountTokens,
             "/v1/responses" => Endpoint::Responses,
+            _ if path
+                .strip_prefix("/v1/responses/")
+                .is_some_and(|id| !id.is_empty()) =>
+            {
+                Endpoint::ResponseById
+            }
             _ => Endpoint::Other,
         }
     }
@@ -82,6 +91,7 @@ impl Endpoint {
             Endpoint::Messages => "/v1/messages",
             Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
             Endpoint::Responses => "/v1/responses",
+            Endpoint::ResponseById => "/v1/responses/{id}",
             Endpoint::Other => "other",
         }
     }
