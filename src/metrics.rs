@@ -21,6 +21,7 @@ use telemetry::TelemetryMetrics;
 
 use crate::kv_events::KvIndexSummary;
 use crate::lmcache::OccupancySummary;
+use crate::openai::usage::Usage;
 use crate::tokenization::TokenSource;
 use crate::tracker::{BreakerState, FailureReason};
 
@@ -58,6 +59,7 @@ pub struct Metrics {
     route_target_attempts: IntCounterVec,
     picks: IntCounterVec,
     routing_tokens: IntCounterVec,
+    tokens: IntCounterVec,
     in_flight: IntGaugeVec,
     upstream_failures: IntCounterVec,
     reloads: IntCounterVec,
@@ -208,6 +210,14 @@ impl Metrics {
                 "Requests by route and where their routing token ids came from: the gateway's tokenizer, the caller, or none (and why).",
             ),
             &["route", "source", "reason"],
+        )
+        .expect("static metric definition");
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "rolter_tokens_total",
+                "Tokens engines reported in their answers' usage, by API key, route, target and kind: prompt (cached part included), cached, completion.",
+            ),
+            &["key", "route", "target", "kind"],
         )
         .expect("static metric definition");
         let in_flight = IntGaugeVec::new(
@@ -382,6 +392,7 @@ impl Metrics {
             Box::new(time_to_first_byte.clone()),
             Box::new(picks.clone()),
             Box::new(routing_tokens.clone()),
+            Box::new(tokens.clone()),
             Box::new(in_flight.clone()),
             Box::new(upstream_failures.clone()),
             Box::new(reloads.clone()),
@@ -421,6 +432,7 @@ impl Metrics {
             time_to_first_byte,
             picks,
             routing_tokens,
+            tokens,
             in_flight,
             upstream_failures,
             reloads,
@@ -461,6 +473,19 @@ impl Metrics {
                 })
                 .collect(),
             health_panic: Default::default(),
+        }
+    }
+
+    /// Counts the tokens an engine reported for one request.
+    pub fn record_tokens(&self, key: &str, route: &str, target: &str, usage: Usage) {
+        for (kind, count) in [
+            ("prompt", usage.prompt),
+            ("cached", usage.cached),
+            ("completion", usage.completion),
+        ] {
+            self.tokens
+                .with_label_values(&[key, route, target, kind])
+                .inc_by(count);
         }
     }
 

@@ -9,6 +9,7 @@ mod raw;
 mod request;
 mod responses;
 mod token_ids;
+pub mod usage;
 
 pub use conversation::Conversation;
 pub use request::{parse_request, ParsedRequest, RequestError, TextSpans};

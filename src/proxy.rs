@@ -326,6 +326,11 @@ impl ProxyHttp for Gateway {
                 }
             }
         }
+        if admitted.reads_usage && attempt.status.is_some_and(|s| s < 400) {
+            if let Some(chunk) = body.as_deref().filter(|b| !b.is_empty()) {
+                attempt.usage.feed(chunk);
+            }
+        }
         if !attempt.teaches {
             return Ok(None);
         }
@@ -506,6 +511,10 @@ impl ProxyHttp for Gateway {
             t.metrics
                 .upstream_latency
                 .observe(attempt.started.elapsed().as_secs_f64());
+            if let Some(usage) = attempt.usage.usage() {
+                let key = ctx.caller.as_ref().map_or("-", |c| c.name.as_str());
+                self.state.metrics.record_tokens(key, route, target, usage);
+            }
         }
         if cancelled {
             self.state.metrics.record_client_cancel(route);

@@ -318,3 +318,167 @@ async fn stored_responses_and_their_continuations_reach_the_engine_holding_them(
         assert_eq!(error["error"]["code"], "response_not_found", "{error}");
     }
 }
+
+/// The usage an answer reports on `path` (a stream's merged from its
+/// events, as each API splits it), as (prompt, cached, completion).
+fn reported_usage(path: &str, text: &str) -> Option<(u64, u64, u64)> {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let values: Vec<Value> = match serde_json::from_str::<Value>(text) {
+        Ok(value) => vec![value],
+        Err(_) => text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect(),
+    };
+    let mut found: Option<(u64, u64, u64)> = None;
+    for value in &values {
+        let usage = [
+            &value["usage"],
+            &value["message"]["usage"],
+            &value["response"]["usage"],
+        ]
+        .into_iter()
+        .find(|u| u.is_object())
+        .cloned();
+        let Some(u) = usage else { continue };
+        let this = if path == "/v1/messages" {
+            let read = n(&u["cache_read_input_tokens"]);
+            (n(&u["input_tokens"]) + read, read, n(&u["output_tokens"]))
+        } else if path == "/v1/responses" {
+            (
+                n(&u["input_tokens"]),
+                n(&u["input_tokens_details"]["cached_tokens"]),
+                n(&u["output_tokens"]),
+            )
+        } else {
+            (
+                n(&u["prompt_tokens"]),
+                n(&u["prompt_tokens_details"]["cached_tokens"]),
+                n(&u["completion_tokens"]),
+            )
+        };
+        found = Some(match found {
+            Some(f) => (f.0.max(this.0), f.1.max(this.1), f.2.max(this.2)),
+            None => this,
+        });
+    }
+    found
+}
+
+#[tokio::test]
+async fn token_counters_and_the_access_log_equal_the_engines_usage() {
+    let engine = FakeEngine::start("e", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let config = config(&[("e", &engine)], "round_robin", true).replacen(
+        "[server]\n",
+        &format!(
+            "[server]\naccess_log = \"{}\"\naccess_log_format = \"json\"\n",
+            log.display()
+        ),
+        1,
+    );
+    let gateway = Gateway::start_with_env(&config, &[("SDK_KEY", "sk-sdk-test")]).await;
+    let system = "You are a careful assistant. ".repeat(20);
+    let chat = |stream: bool, usage: bool| {
+        json!({"model": "qwen-chat", "max_tokens": 3, "stream": stream,
+               "stream_options": if stream { json!({"include_usage": usage}) } else { Value::Null },
+               "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]})
+    };
+    let messages = |stream: bool| {
+        json!({"model": "qwen-chat", "max_tokens": 4, "stream": stream, "system": system,
+               "messages": [{"role": "user", "content": "hi"}]})
+    };
+    let responses = |stream: bool| {
+        json!({"model": "qwen-chat", "max_output_tokens": 5, "stream": stream,
+               "instructions": system, "input": "hi"})
+    };
+    let cases = [
+        ("/v1/chat/completions", chat(false, false), true),
+        ("/v1/chat/completions", chat(true, true), true),
+        // The client did not ask: the stream carries no usage, none is counted.
+        ("/v1/chat/completions", chat(true, false), false),
+        ("/v1/messages", messages(false), true),
+        ("/v1/messages", messages(true), true),
+        ("/v1/responses", responses(false), true),
+        ("/v1/responses", responses(true), true),
+    ];
+    let mut expected = (0, 0, 0);
+    for (i, (path, body, has_usage)) in cases.iter().enumerate() {
+        let id = format!("usage-case-{i}");
+        let response = client()
+            .post(gateway.url(path))
+            .header("x-api-key", "sk-sdk-test")
+            .header("x-request-id", &id)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let text = response.text().await.unwrap();
+        let usage = reported_usage(path, &text);
+        assert_eq!(usage.is_some(), *has_usage, "{path}: {text}");
+        let line = wait_for_line(&log, &id).await;
+        let logged: Value = serde_json::from_str(&line).unwrap();
+        match usage {
+            Some((prompt, cached, completion)) => {
+                assert!(prompt > 0 && completion > 0, "{path}: {text}");
+                assert_eq!(logged["prompt_tokens"], prompt, "{path}: {line}");
+                assert_eq!(logged["cached_tokens"], cached, "{path}: {line}");
+                assert_eq!(logged["completion_tokens"], completion, "{path}: {line}");
+                expected = (
+                    expected.0 + prompt,
+                    expected.1 + cached,
+                    expected.2 + completion,
+                );
+            }
+            None => assert!(logged["prompt_tokens"].is_null(), "{line}"),
+        }
+    }
+    assert!(
+        expected.1 > 0,
+        "the shared system prompt was served from the prefix cache"
+    );
+    let metrics = gateway.metrics().await;
+    let counted = |kind: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("rolter_tokens_total{") && l.contains(&format!("kind=\"{kind}\""))
+            })
+            .inspect(|l| {
+                assert!(
+                    l.contains("key=\"sdk\"") && l.contains("route=\"qwen-chat\""),
+                    "{l}"
+                )
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (counted("prompt"), counted("cached"), counted("completion")),
+        expected,
+        "{metrics}"
+    );
+}
+
+/// Waits for the access-log line holding `needle`.
+async fn wait_for_line(path: &std::path::Path, needle: &str) -> String {
+    let mut found = None;
+    wait_until(
+        std::time::Duration::from_secs(10),
+        &format!("{needle} in the access log"),
+        || {
+            found = std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.contains(needle))
+                .map(str::to_string);
+            let done = found.is_some();
+            async move { done }
+        },
+    )
+    .await;
+    found.unwrap()
+}

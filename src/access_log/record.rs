@@ -8,7 +8,8 @@
 //!  "method":"POST","path":"/v1/chat/completions","protocol":"HTTP/1.1","status":200,
 //!  "key":"team-alpha","model":"chat","route":"chat","strategy":"round_robin",
 //!  "target":"gpu-a/Qwen/Qwen3-8B","attempts":1,"upstream_status":200,"bytes_sent":612,
-//!  "request_bytes":97,"ttfb_ms":12.5,"total_ms":13.1,"client_cancel":false,"error":null,
+//!  "request_bytes":97,"ttfb_ms":12.5,"total_ms":13.1,"client_cancel":false,
+//!  "prompt_tokens":42,"cached_tokens":32,"completion_tokens":16,"error":null,
 //!  "referer":null,"user_agent":"curl/8.5.0"}
 //! ```
 //!
@@ -21,7 +22,8 @@
 //! 203.0.113.5 - - [01/Jun/2025:12:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 200 612 "-" "curl/8.5.0"
 //!  request_id=4f9c… key=team-alpha model=chat route=chat strategy=round_robin
 //!  target=gpu-a/Qwen/Qwen3-8B attempts=1 upstream_status=200 request_bytes=97 ttfb_ms=12.500
-//!  total_ms=13.100 client_cancel=false error=- peer=10.0.0.1
+//!  total_ms=13.100 client_cancel=false prompt_tokens=42 cached_tokens=32
+//!  completion_tokens=16 error=- peer=10.0.0.1
 //! ```
 //!
 //! (one line each; wrapped here). Times are UTC; `time` is when the request
@@ -78,6 +80,10 @@ pub struct AccessRecord {
     pub total: Duration,
     /// The client went away before the response ended.
     pub client_cancel: bool,
+    /// The tokens the engine reported (`usage`), when it did.
+    pub prompt_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
     /// What went wrong, as a fixed code (OpenAI's error `code`, or type).
     pub error: Option<&'static str>,
     pub referer: Option<String>,
@@ -146,6 +152,17 @@ impl AccessRecord {
         .ok();
         write!(out, " total_ms={:.3}", as_millis(self.total)).ok();
         write!(out, " client_cancel={}", self.client_cancel).ok();
+        for (name, value) in [
+            ("prompt_tokens", self.prompt_tokens),
+            ("cached_tokens", self.cached_tokens),
+            ("completion_tokens", self.completion_tokens),
+        ] {
+            match value {
+                Some(n) => write!(out, " {name}={n}"),
+                None => write!(out, " {name}=-"),
+            }
+            .ok();
+        }
         pair(out, "error", self.error);
         match self.peer {
             Some(ip) => write!(out, " peer={ip}"),
@@ -304,6 +321,9 @@ mod tests {
             ttfb: Some(Duration::from_micros(12_500)),
             total: Duration::from_micros(13_125),
             client_cancel: false,
+            prompt_tokens: Some(42),
+            cached_tokens: Some(32),
+            completion_tokens: Some(16),
             error: None,
             referer: None,
             user_agent: Some("curl/8.5.0".into()),
@@ -330,7 +350,8 @@ mod tests {
         assert_eq!(v["total_ms"], 13.125);
         assert_eq!(v["error"], serde_json::Value::Null);
         assert_eq!(v["referer"], serde_json::Value::Null);
-        assert_eq!(v.as_object().unwrap().len(), 23);
+        assert_eq!(v["cached_tokens"], 32);
+        assert_eq!(v.as_object().unwrap().len(), 26);
     }
 
     #[test]
@@ -341,7 +362,8 @@ mod tests {
             "203.0.113.5 - - [10/Oct/2000:13:55:36 +0000] \"POST /v1/chat/completions HTTP/1.1\" 200 612 \"-\" \"curl/8.5.0\" \
              request_id=abc123 key=team-alpha model=chat route=chat strategy=round_robin \
              target=gpu-a/Qwen/Qwen3-8B attempts=2 upstream_status=200 request_bytes=97 \
-             ttfb_ms=12.500 total_ms=13.125 client_cancel=false error=- peer=10.0.0.1\n"
+             ttfb_ms=12.500 total_ms=13.125 client_cancel=false prompt_tokens=42 cached_tokens=32 \
+             completion_tokens=16 error=- peer=10.0.0.1\n"
         );
     }
 

@@ -58,6 +58,7 @@ fn record(
         .to_string();
     let route = ctx.route();
     let target = ctx.current_target().map(|t| t.label.clone());
+    let usage = ctx.attempt.as_ref().and_then(|a| a.usage.usage());
     let peer = ctx.origin.as_ref().and_then(|o| o.peer).or_else(|| {
         session
             .client_addr()
@@ -98,6 +99,9 @@ fn record(
             .map(|at| at.saturating_duration_since(received)),
         total,
         client_cancel: cancelled,
+        prompt_tokens: usage.map(|u| u.prompt),
+        cached_tokens: usage.map(|u| u.cached),
+        completion_tokens: usage.map(|u| u.completion),
         error: error_code(e, ctx, cancelled),
         referer: text(header::REFERER),
         user_agent: text(header::USER_AGENT),

@@ -126,6 +126,7 @@ pub async fn admit(
         preferred,
         response_id: None,
         learns_response: endpoint == Endpoint::Responses,
+        reads_usage: endpoint != Endpoint::MessagesCountTokens,
     });
     Ok(Next::Route)
 }
@@ -163,6 +164,7 @@ fn stored_response(
         preferred: None,
         response_id: Some(id.to_string()),
         learns_response: false,
+        reads_usage: false,
     });
     Ok(Next::Route)
 }

@@ -18,6 +18,7 @@ use super::forwarding::ClientOrigin;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
+use crate::openai::usage::UsageReader;
 use crate::openai::ParsedRequest;
 use crate::rate_limit::ConcurrencySlot;
 use crate::snapshot::{Route, Snapshot, Target};
@@ -83,6 +84,8 @@ pub struct Admitted {
     pub response_id: Option<String>,
     /// A Responses request: its answer's id is learned (`response_homes.rs`).
     pub learns_response: bool,
+    /// A generation request: its answer's `usage` is read (`openai/usage.rs`).
+    pub reads_usage: bool,
 }
 
 impl Admitted {
@@ -126,6 +129,8 @@ pub struct Attempt {
     pub streaming: bool,
     /// When the first body byte arrived, after `started`.
     pub first_byte: Option<Duration>,
+    /// The tokens the engine reports in its answer.
+    pub usage: UsageReader,
 }
 
 impl RequestCtx {

@@ -111,6 +111,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             teaches: false,
             streaming: false,
             first_byte: None,
+            usage: Default::default(),
         };
         ctx.tried.insert(index);
         ctx.attempts += 1;

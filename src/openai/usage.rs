@@ -1,0 +1,230 @@
+//! The tokens an engine says it used, read from its answer as it passes.
+//!
+//! Every API reports them in a `usage` object: chat and completions as
+//! `prompt_tokens` (+ `prompt_tokens_details.cached_tokens`) and
+//! `completion_tokens`, in the answer or a stream's last chunk when the
+//! client asked for it; Responses as `input_tokens` (+
+//! `input_tokens_details.cached_tokens`) and `output_tokens`, in the answer
+//! or its `response.completed` event; Anthropic Messages as `input_tokens`
+//! (the uncached part), `cache_read_input_tokens`,
+//! `cache_creation_input_tokens` and `output_tokens`, in the answer, or
+//! split over a stream's `message_start` and `message_delta`. Each chunk is
+//! searched for `"usage"` and the object parsed in place; one cut by a chunk
+//! boundary is carried (at most [`MAX_CARRY`] bytes) into the next.
+
+use serde_json::Value;
+
+/// Tokens of one request, as its engine counted them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// The whole prompt, cached part included.
+    pub prompt: u64,
+    /// Of the prompt, tokens found in the engine's prefix cache.
+    pub cached: u64,
+    pub completion: u64,
+}
+
+impl Usage {
+    /// A `usage` object of any of the APIs; `None` for anything else.
+    fn of(value: &Value) -> Option<Usage> {
+        let object = value.as_object()?;
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        if object.contains_key("prompt_tokens") || object.contains_key("completion_tokens") {
+            return Some(Usage {
+                prompt: n(object.get("prompt_tokens")),
+                cached: n(value.pointer("/prompt_tokens_details/cached_tokens")),
+                completion: n(object.get("completion_tokens")),
+            });
+        }
+        if !object.contains_key("input_tokens") && !object.contains_key("output_tokens") {
+            return None;
+        }
+        let read = n(object.get("cache_read_input_tokens"));
+        let created = n(object.get("cache_creation_input_tokens"));
+        let input = n(object.get("input_tokens"));
+        Some(
+            if object.contains_key("cache_read_input_tokens") || created > 0 {
+                // Anthropic: input_tokens leaves out what the cache served.
+                Usage {
+                    prompt: input + read + created,
+                    cached: read,
+                    completion: n(object.get("output_tokens")),
+                }
+            } else {
+                Usage {
+                    prompt: input,
+                    cached: n(value.pointer("/input_tokens_details/cached_tokens")),
+                    completion: n(object.get("output_tokens")),
+                }
+            },
+        )
+    }
+
+    /// Field by field the larger: a stream's usage comes in parts
+    /// (Anthropic's input at the start, output at the end), and a later
+    /// report never lowers a count.
+    fn merge(self, other: Usage) -> Usage {
+        Usage {
+            prompt: self.prompt.max(other.prompt),
+            cached: self.cached.max(other.cached),
+            completion: self.completion.max(other.completion),
+        }
+    }
+}
+
+/// Longest piece of a cut `usage` object carried to the next chunk.
+pub const MAX_CARRY: usize = 8 * 1024;
+
+/// Reads usage from an answer chunk by chunk.
+#[derive(Debug, Default)]
+pub struct UsageReader {
+    usage: Option<Usage>,
+    /// The start of a `usage` object the last chunk cut off.
+    carry: Vec<u8>,
+}
+
+impl UsageReader {
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.carry.is_empty() {
+            self.scan(chunk);
+            return;
+        }
+        let mut joined = std::mem::take(&mut self.carry);
+        joined.extend_from_slice(chunk);
+        self.scan(&joined);
+    }
+
+    /// What the engine reported, if it did.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    fn scan(&mut self, bytes: &[u8]) {
+        let finder = memchr::memmem::Finder::new(b"\"usage\"");
+        let mut from = 0;
+        while let Some(at) = finder.find(&bytes[from..]) {
+            let key_end = from + at + b"\"usage\"".len();
+            let rest = bytes[key_end..].trim_ascii_start();
+            from = key_end;
+            let Some(value) = rest.strip_prefix(b":") else {
+                continue;
+            };
+            let mut values = serde_json::Deserializer::from_slice(value).into_iter::<Value>();
+            match values.next() {
+                Some(Ok(value)) => {
+                    if let Some(usage) = Usage::of(&value) {
+                        self.usage = Some(self.usage.map_or(usage, |u| u.merge(usage)));
+                    }
+                }
+                Some(Err(e)) if e.is_eof() => {
+                    let start = from - b"\"usage\"".len();
+                    if bytes.len() - start <= MAX_CARRY {
+                        self.carry = bytes[start..].to_vec();
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        // A key cut in two ("usa" | "ge"): keep the last few bytes.
+        let tail = bytes.len().saturating_sub(b"\"usage\"".len());
+        if bytes[tail..].contains(&b'"') {
+            self.carry = bytes[tail..].to_vec();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(chunks: &[&str]) -> Option<Usage> {
+        let mut reader = UsageReader::default();
+        for chunk in chunks {
+            reader.feed(chunk.as_bytes());
+        }
+        reader.usage()
+    }
+
+    #[test]
+    fn each_apis_usage_is_read() {
+        let chat = r#"{"id":"c","choices":[],"usage":{"prompt_tokens":12,"total_tokens":17,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8}},"x":1}"#;
+        assert_eq!(
+            read(&[chat]),
+            Some(Usage {
+                prompt: 12,
+                cached: 8,
+                completion: 5
+            })
+        );
+        let responses = r#"{"id":"r","usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":16},"output_tokens":4,"total_tokens":34}}"#;
+        assert_eq!(
+            read(&[responses]),
+            Some(Usage {
+                prompt: 30,
+                cached: 16,
+                completion: 4
+            })
+        );
+        let anthropic = r#"{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":20,"cache_creation_input_tokens":0,"output_tokens":3}}"#;
+        assert_eq!(
+            read(&[anthropic]),
+            Some(Usage {
+                prompt: 30,
+                cached: 20,
+                completion: 3
+            })
+        );
+        assert_eq!(read(&[r#"{"usage":null}"#, r#"{"choices":[]}"#]), None);
+    }
+
+    #[test]
+    fn a_stream_reports_in_parts_and_a_chunk_may_cut_the_object() {
+        let anthropic = [
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"cache_read_input_tokens\":9,\"output_tokens\":0}}}\n\n",
+            "event: content_block_delta\ndata: {\"delta\":{\"text\":\"usage\"}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output",
+            "_tokens\":6}}\n\n",
+        ];
+        assert_eq!(
+            read(&anthropic),
+            Some(Usage {
+                prompt: 16,
+                cached: 9,
+                completion: 6
+            })
+        );
+        let chat = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":null}\n\n",
+            "data: {\"choices\":[],\"us",
+            "age\":{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n",
+        ];
+        assert_eq!(
+            read(&chat),
+            Some(Usage {
+                prompt: 4,
+                cached: 0,
+                completion: 2
+            })
+        );
+    }
+
+    #[test]
+    fn what_is_carried_is_bounded() {
+        let mut reader = UsageReader::default();
+        reader.feed(
+            format!(
+                "{{\"usage\":{{\"prompt_tokens\":1,\"pad\":\"{}",
+                "x".repeat(MAX_CARRY)
+            )
+            .as_bytes(),
+        );
+        assert!(reader.carry.len() <= MAX_CARRY);
+        reader.feed(b"\"}}");
+        assert_eq!(
+            reader.usage(),
+            None,
+            "an object past the bound is given up, not buffered"
+        );
+    }
+}
