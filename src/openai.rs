@@ -12,7 +12,7 @@ mod token_ids;
 pub mod usage;
 
 pub use conversation::Conversation;
-pub use request::{parse_request, ParsedRequest, RequestError, TextSpans};
+pub use request::{parse_request, ParsedRequest, RequestError, Splice, TextSpans};
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 
 /// The endpoints the gateway serves.

@@ -287,6 +287,9 @@ impl ProxyHttp for Gateway {
                 .headers
                 .get(header::CONTENT_TYPE)
                 .is_some_and(|v| is_event_stream(v.as_bytes()));
+            if attempt.streaming && admitted.request.usage_splice.is_some() {
+                attempt.usage_filter = Some(Default::default());
+            }
         }
         attempt_succeeded(ctx, &self.state.metrics);
         Ok(())
@@ -347,6 +350,28 @@ impl ProxyHttp for Gateway {
                 ktokens,
             );
         }
+        Ok(None)
+    }
+
+    /// Keeps the usage chunk the gateway asked for out of a stream whose
+    /// client did not ask for it (`openai/usage.rs`).
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
+        let Some(filter) = ctx.attempt.as_mut().and_then(|a| a.usage_filter.as_mut()) else {
+            return Ok(None);
+        };
+        let chunk = body.take().unwrap_or_default();
+        if chunk.is_empty() && !end_of_stream {
+            return Ok(None);
+        }
+        let kept = filter.filter(chunk, end_of_stream);
+        // An empty chunk would end a chunked body early.
+        *body = (!kept.is_empty()).then_some(kept);
         Ok(None)
     }
 

@@ -397,7 +397,8 @@ async fn token_counters_and_the_access_log_equal_the_engines_usage() {
     let cases = [
         ("/v1/chat/completions", chat(false, false), true),
         ("/v1/chat/completions", chat(true, true), true),
-        // The client did not ask: the stream carries no usage, none is counted.
+        // The client did not ask: the gateway asks the engine for usage and
+        // keeps that chunk from the client.
         ("/v1/chat/completions", chat(true, false), false),
         ("/v1/messages", messages(false), true),
         ("/v1/messages", messages(true), true),
@@ -433,7 +434,29 @@ async fn token_counters_and_the_access_log_equal_the_engines_usage() {
                     expected.2 + completion,
                 );
             }
-            None => assert!(logged["prompt_tokens"].is_null(), "{line}"),
+            None => {
+                assert!(
+                    !text.contains("\"usage\":{"),
+                    "the client saw a usage chunk: {text}"
+                );
+                assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+                assert_eq!(
+                    text.matches("\"content\":").count(),
+                    4,
+                    "role + 3 tokens: {text}"
+                );
+                assert_eq!(
+                    logged["completion_tokens"], 3,
+                    "counted all the same: {line}"
+                );
+                let n = |field: &str| logged[field].as_u64().unwrap();
+                assert!(n("prompt_tokens") > 0, "{line}");
+                expected = (
+                    expected.0 + n("prompt_tokens"),
+                    expected.1 + n("cached_tokens"),
+                    expected.2 + n("completion_tokens"),
+                );
+            }
         }
     }
     assert!(

@@ -106,7 +106,10 @@ async fn the_request_over_rpm_gets_429_with_retry_after_and_other_keys_are_unaff
         metrics.contains(r#"rolter_rate_limited_total{key="alpha",limit="rpm"} 1"#),
         "{metrics}"
     );
-    assert!(!metrics.contains(r#"key="beta""#), "{metrics}");
+    assert!(
+        !metrics.contains(r#"rolter_rate_limited_total{key="beta""#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

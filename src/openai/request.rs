@@ -40,6 +40,17 @@ pub struct ParsedRequest {
     pub text_spans: Option<TextSpans>,
     /// Responses: the stored response this one continues.
     pub previous_response_id: Option<String>,
+    /// A chat or completions stream whose client did not ask for usage:
+    /// the splice that asks the engine for it (the gateway counts tokens),
+    /// whose chunk the gateway then keeps from the client.
+    pub usage_splice: Option<Splice>,
+}
+
+/// Bytes to put in place of `range` of the body (an empty range inserts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Splice {
+    pub range: Range<usize>,
+    pub bytes: Vec<u8>,
 }
 
 impl ParsedRequest {
@@ -56,6 +67,7 @@ impl ParsedRequest {
             token_ids: None,
             text_spans: None,
             previous_response_id: None,
+            usage_splice: None,
         }
     }
 }
@@ -141,6 +153,9 @@ struct Envelope<'a> {
     instructions: Option<&'a RawValue>,
     #[serde(borrow)]
     previous_response_id: Option<&'a RawValue>,
+    /// Present (even as `null`) or absent, as for `model`.
+    #[serde(borrow, default, deserialize_with = "present")]
+    stream_options: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -244,10 +259,18 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     if !readable {
         prompt_digest = xxhash_rust::xxh3::xxh3_64(body);
     }
+    let stream = envelope.stream.is_some_and(|s| s.get() == "true");
+    let usage_splice = match endpoint {
+        Endpoint::ChatCompletions | Endpoint::Completions if stream => {
+            usage_splice(body, envelope.stream_options)
+        }
+        _ => None,
+    };
     Ok(ParsedRequest {
         model: model.into_owned(),
         model_span,
-        stream: envelope.stream.is_some_and(|s| s.get() == "true"),
+        stream,
+        usage_splice,
         prompt: if readable { prompt } else { String::new() },
         prompt_len: if readable { prompt_len } else { 0 },
         prompt_digest,
@@ -260,6 +283,39 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
                 .map(Cow::into_owned),
             _ => None,
         },
+    })
+}
+
+/// The splice that sets `stream_options.include_usage` when the client did
+/// not: `None` when it did, or when `stream_options` is not an object (the
+/// engine answers that one).
+fn usage_splice(body: &[u8], options: Option<&RawValue>) -> Option<Splice> {
+    const ASK: &str = r#"{"include_usage":true}"#;
+    if let Some(null) = options.filter(|o| o.get() == "null") {
+        return Some(Splice {
+            range: span_in(body, null.get())?,
+            bytes: ASK.as_bytes().to_vec(),
+        });
+    }
+    let Some(options) = options else {
+        // Right after the opening brace: the object has `model`, so a
+        // member follows and the comma is right.
+        let brace = body.iter().position(|&b| b == b'{')?;
+        return Some(Splice {
+            range: brace + 1..brace + 1,
+            bytes: format!(r#""stream_options":{ASK},"#).into_bytes(),
+        });
+    };
+    let span = span_in(body, options.get())?;
+    let mut fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(options.get()).ok()?;
+    if fields.get("include_usage") == Some(&serde_json::Value::Bool(true)) {
+        return None;
+    }
+    fields.insert("include_usage".into(), serde_json::Value::Bool(true));
+    Some(Splice {
+        range: span,
+        bytes: serde_json::to_vec(&fields).ok()?,
     })
 }
 
@@ -573,5 +629,47 @@ mod tests {
         // A body whose input is neither is still routed, by its raw digest.
         let odd = parse_request(Endpoint::Responses, br#"{"model":"m","input":7}"#).unwrap();
         assert_eq!(odd.prompt, "");
+    }
+}
+
+#[cfg(test)]
+mod usage_splice_tests {
+    use super::*;
+
+    fn spliced(body: &str) -> Option<String> {
+        let parsed = parse_request(Endpoint::ChatCompletions, body.as_bytes()).unwrap();
+        let splice = parsed.usage_splice?;
+        let mut out = body.as_bytes().to_vec();
+        out.splice(splice.range, splice.bytes);
+        Some(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_stream_that_did_not_ask_for_usage_asks_the_engine() {
+        let asked = |body: &str| {
+            let out = spliced(body).expect("a splice");
+            let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(json["stream_options"]["include_usage"], true, "{out}");
+            json
+        };
+        asked(r#"{"model":"m","stream":true,"messages":[]}"#);
+        asked(r#" { "model":"m","stream":true,"stream_options":null}"#);
+        let kept = asked(
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":false}}"#,
+        );
+        assert_eq!(kept["stream_options"]["continuous_usage_stats"], false);
+        assert_eq!(
+            spliced(r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#),
+            None
+        );
+        assert_eq!(
+            spliced(r#"{"model":"m","stream":false}"#),
+            None,
+            "not a stream"
+        );
+        assert_eq!(
+            spliced(r#"{"model":"m","stream":true,"stream_options":7}"#),
+            None
+        );
     }
 }

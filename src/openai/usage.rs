@@ -12,6 +12,7 @@
 //! searched for `"usage"` and the object parsed in place; one cut by a chunk
 //! boundary is carried (at most [`MAX_CARRY`] bytes) into the next.
 
+use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
 /// Tokens of one request, as its engine counted them.
@@ -134,6 +135,65 @@ impl UsageReader {
     }
 }
 
+/// Longest partial SSE event held back waiting for its end; past it the
+/// bytes go on as they are (not an event stream this filter understands).
+pub const MAX_PENDING: usize = 64 * 1024;
+
+/// Keeps the usage chunk the gateway asked for (the client did not) out of
+/// a chat or completions stream: complete events pass as they came; the
+/// one whose data is a usage-only chunk (`"choices":[]` and a `usage`
+/// object) is dropped. A partial event waits for its end, which it needs
+/// before it is any use to the client anyway.
+#[derive(Debug, Default)]
+pub struct UsageChunkFilter {
+    pending: Vec<u8>,
+}
+
+impl UsageChunkFilter {
+    /// What of `chunk` goes to the client (`end`: the stream's last chunk).
+    pub fn filter(&mut self, chunk: Bytes, end: bool) -> Bytes {
+        let finder = memchr::memmem::Finder::new(b"\"usage\"");
+        if self.pending.is_empty() && chunk.ends_with(b"\n\n") && finder.find(&chunk).is_none() {
+            return chunk;
+        }
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(&chunk);
+        let mut out = BytesMut::with_capacity(data.len());
+        let mut start = 0;
+        while let Some(len) = event_len(&data[start..]) {
+            let event = &data[start..start + len];
+            if !is_usage_event(event) {
+                out.extend_from_slice(event);
+            }
+            start += len;
+        }
+        let rest = &data[start..];
+        if end || rest.len() > MAX_PENDING {
+            out.extend_from_slice(rest);
+        } else {
+            self.pending = rest.to_vec();
+        }
+        out.freeze()
+    }
+}
+
+/// The length of the first complete SSE event of `bytes`, its blank line
+/// (`\n\n` or `\r\n\r\n`) included.
+fn event_len(bytes: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::find(bytes, b"\n\n").map(|at| at + 2);
+    let crlf = memchr::memmem::find(bytes, b"\n\r\n").map(|at| at + 3);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether an SSE event is a chat or completions usage-only chunk.
+fn is_usage_event(event: &[u8]) -> bool {
+    let has = |needle: &[u8]| memchr::memmem::find(event, needle).is_some();
+    has(b"\"choices\":[]") && has(b"\"usage\":{")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +285,42 @@ mod tests {
             reader.usage(),
             None,
             "an object past the bound is given up, not buffered"
+        );
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    #[test]
+    fn the_usage_chunk_is_kept_from_the_client_and_nothing_else() {
+        let events = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"usage\"}}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n",
+        ];
+        let whole: String = events.concat();
+        let expected: String = [events[0], events[1], events[3]].concat();
+        // Every way of cutting the stream in two gives the same bytes.
+        for cut in 0..=whole.len() {
+            let mut filter = UsageChunkFilter::default();
+            let mut out = Vec::new();
+            out.extend_from_slice(
+                &filter.filter(Bytes::copy_from_slice(&whole.as_bytes()[..cut]), false),
+            );
+            out.extend_from_slice(
+                &filter.filter(Bytes::copy_from_slice(&whole.as_bytes()[cut..]), true),
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at {cut}");
+        }
+        let mut filter = UsageChunkFilter::default();
+        let plain = Bytes::from_static(b"data: {\"choices\":[{\"text\":\"x\"}]}\n\n");
+        assert_eq!(
+            filter.filter(plain.clone(), false),
+            plain,
+            "passed through as is"
         );
     }
 }

@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
+use crate::openai::Splice;
 
 /// Longest wait for the next piece of a request body.
 pub const CLIENT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,16 +116,39 @@ fn is_expect_continue(session: &Session) -> bool {
 }
 
 /// The body to send to one target: the original when the target serves the
-/// model under the same name, else the original with the `model` literal at
-/// `model_span` replaced by `model_json` (a JSON string literal).
-pub fn attempt_body(body: &Bytes, model_span: &Range<usize>, model_json: Option<&[u8]>) -> Bytes {
-    let Some(model_json) = model_json else {
+/// model under the same name and nothing else changes, else the original
+/// with the `model` literal at `model_span` replaced by `model_json` (a JSON
+/// string literal) and `extra` applied (a splice that does not overlap it).
+pub fn attempt_body(
+    body: &Bytes,
+    model_span: &Range<usize>,
+    model_json: Option<&[u8]>,
+    extra: Option<&Splice>,
+) -> Bytes {
+    let model = model_json.map(|json| (model_span.clone(), json));
+    let extra = extra.map(|s| (s.range.clone(), &s.bytes[..]));
+    let mut splices: [Option<(Range<usize>, &[u8])>; 2] = [model, extra];
+    if splices.iter().all(Option::is_none) {
         return body.clone();
-    };
-    let mut out = BytesMut::with_capacity(body.len() - model_span.len() + model_json.len());
-    out.extend_from_slice(&body[..model_span.start]);
-    out.extend_from_slice(model_json);
-    out.extend_from_slice(&body[model_span.end..]);
+    }
+    splices.sort_by_key(|s| s.as_ref().map_or(usize::MAX, |(range, _)| range.start));
+    let added: usize = splices
+        .iter()
+        .flatten()
+        .map(|(r, b)| b.len().saturating_sub(r.len()))
+        .sum();
+    let mut out = BytesMut::with_capacity(body.len() + added);
+    let mut at = 0;
+    for (range, bytes) in splices.into_iter().flatten() {
+        if range.start < at || range.end > body.len() {
+            // Overlapping or out of the body: not produced by the parser.
+            return body.clone();
+        }
+        out.extend_from_slice(&body[at..range.start]);
+        out.extend_from_slice(bytes);
+        at = range.end;
+    }
+    out.extend_from_slice(&body[at..]);
     out.freeze()
 }
 
@@ -160,8 +184,21 @@ mod tests {
         let body = Bytes::from_static(br#"{"model":"chat","messages":[]}"#);
         let span = 9..15;
         assert_eq!(&body[span.clone()], br#""chat""#);
-        let out = attempt_body(&body, &span, Some(br#""Qwen/Qwen3-8B""#));
+        let out = attempt_body(&body, &span, Some(br#""Qwen/Qwen3-8B""#), None);
         assert_eq!(&out[..], br#"{"model":"Qwen/Qwen3-8B","messages":[]}"#);
-        assert_eq!(attempt_body(&body, &span, None), body);
+        assert_eq!(attempt_body(&body, &span, None, None), body);
+        let ask = Splice {
+            range: 1..1,
+            bytes: br#""stream_options":{"include_usage":true},"#.to_vec(),
+        };
+        let both = attempt_body(&body, &span, Some(br#""q""#), Some(&ask));
+        assert_eq!(
+            &both[..],
+            br#"{"stream_options":{"include_usage":true},"model":"q","messages":[]}"#
+        );
+        assert_eq!(
+            &attempt_body(&body, &span, None, Some(&ask))[..40],
+            &both[..40]
+        );
     }
 }

@@ -18,7 +18,7 @@ use super::forwarding::ClientOrigin;
 use super::target_set::TargetSet;
 use crate::auth::Caller;
 use crate::error::GatewayError;
-use crate::openai::usage::UsageReader;
+use crate::openai::usage::{UsageChunkFilter, UsageReader};
 use crate::openai::ParsedRequest;
 use crate::rate_limit::ConcurrencySlot;
 use crate::snapshot::{Route, Snapshot, Target};
@@ -131,6 +131,9 @@ pub struct Attempt {
     pub first_byte: Option<Duration>,
     /// The tokens the engine reports in its answer.
     pub usage: UsageReader,
+    /// Set on a stream whose usage chunk the gateway asked for and the
+    /// client did not: it is kept from the client.
+    pub usage_filter: Option<UsageChunkFilter>,
 }
 
 impl RequestCtx {

@@ -96,7 +96,12 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             state.metrics.record_health_panic(&route.metrics.label);
         }
         let rewrite = (target.id.model != admitted.request.model).then_some(&target.model_json[..]);
-        let body = body::attempt_body(&admitted.body, &admitted.request.model_span, rewrite);
+        let body = body::attempt_body(
+            &admitted.body,
+            &admitted.request.model_span,
+            rewrite,
+            admitted.request.usage_splice.as_ref(),
+        );
         let peer = target.peer();
         let attempt = Attempt {
             target: index,
@@ -112,6 +117,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             streaming: false,
             first_byte: None,
             usage: Default::default(),
+            usage_filter: None,
         };
         ctx.tried.insert(index);
         ctx.attempts += 1;
