@@ -23,11 +23,15 @@ use rolter::openai::{parse_request, Endpoint, ParsedRequest, RequestError};
 use rolter_balancer::{bound_prompt, RouteContext};
 use serde_json::Value;
 
-const ENDPOINTS: [Endpoint; 4] = [
+const ENDPOINTS: [Endpoint; 8] = [
     Endpoint::ChatCompletions,
     Endpoint::Completions,
     Endpoint::Embeddings,
     Endpoint::Models,
+    Endpoint::Responses,
+    Endpoint::Messages,
+    Endpoint::MessagesCountTokens,
+    Endpoint::ResponseById,
 ];
 
 /// What the proxy might splice in: escaped on purpose, so the re-parse
@@ -47,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
             check_model_span(body, &parsed);
             check_prompt(endpoint, body, &parsed);
             check_splice(endpoint, body, &parsed);
+            check_usage_splice(endpoint, body, &parsed);
         }
         Err(error) => check_error(&error),
     }
@@ -148,7 +153,7 @@ fn plain_prompt(endpoint: Endpoint, body: &[u8]) -> Option<String> {
         Endpoint::Completions => plain_text(value.get("prompt")?),
         Endpoint::Embeddings => plain_text(value.get("input")?),
         Endpoint::ChatCompletions => plain_messages(value.get("messages")?),
-        Endpoint::Models => None,
+        _ => None,
     }
 }
 
@@ -226,6 +231,43 @@ fn check_splice(endpoint: Endpoint, body: &[u8], parsed: &ParsedRequest) {
             "splice changed the conversation digest"
         );
     }
+}
+
+/// The splice that asks the engine for a stream's usage must leave a body
+/// that parses the same, with `stream_options.include_usage` true.
+fn check_usage_splice(endpoint: Endpoint, body: &[u8], parsed: &ParsedRequest) {
+    let Some(splice) = &parsed.usage_splice else {
+        return;
+    };
+    assert!(
+        parsed.stream && matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions),
+        "a usage splice on a request that is not a chat or completions stream"
+    );
+    assert!(
+        splice.range.start <= splice.range.end && splice.range.end <= body.len(),
+        "usage splice {:?} outside a body of {} bytes",
+        splice.range,
+        body.len()
+    );
+    let mut spliced = body.to_vec();
+    spliced.splice(splice.range.clone(), splice.bytes.iter().copied());
+    let again = parse_request(endpoint, &spliced).unwrap_or_else(|e| {
+        panic!(
+            "the body with the usage splice no longer parses: {e}\n{:?}",
+            String::from_utf8_lossy(&spliced)
+        )
+    });
+    assert_eq!(again.model, parsed.model, "the usage splice changed the model");
+    assert!(again.stream, "the usage splice changed `stream`");
+    assert_eq!(again.prompt, parsed.prompt, "the usage splice changed the prompt");
+    assert!(again.usage_splice.is_none(), "usage still not asked for after the splice");
+    let value: Value = serde_json::from_slice(&spliced).expect("parsed above");
+    assert_eq!(
+        value["stream_options"]["include_usage"],
+        Value::Bool(true),
+        "{:?}",
+        String::from_utf8_lossy(&spliced)
+    );
 }
 
 fn check_error(error: &RequestError) {
