@@ -12,7 +12,11 @@
 //!   rewrite `model`, hand over the body.
 //! - `upstream_response_filter`: a 5xx or 429 before anything reached the
 //!   client becomes a retry on another target while one is left.
-//! - `upstream_response_body_filter`: a successful attempt's latency sample.
+//! - `upstream_response_body_filter`: a successful attempt's latency sample,
+//!   the engine's `usage` (`openai/usage.rs`) and a Responses answer's id
+//!   (`response_homes.rs`).
+//! - `response_body_filter`: keeps the usage chunk the gateway asked for
+//!   from a client that did not.
 //! - `fail_to_connect` / `error_while_proxy`: decide retries (never after the
 //!   first byte reached the client).
 //! - `logging`: metrics and the access log; dropping the context releases

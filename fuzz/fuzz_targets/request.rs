@@ -261,7 +261,11 @@ fn check_usage_splice(endpoint: Endpoint, body: &[u8], parsed: &ParsedRequest) {
     assert!(again.stream, "the usage splice changed `stream`");
     assert_eq!(again.prompt, parsed.prompt, "the usage splice changed the prompt");
     assert!(again.usage_splice.is_none(), "usage still not asked for after the splice");
-    let value: Value = serde_json::from_slice(&spliced).expect("parsed above");
+    // The gateway skips fields it does not read without decoding them (the
+    // engine judges those), so a body may hold bytes `Value` refuses.
+    let Ok(value) = serde_json::from_slice::<Value>(&spliced) else {
+        return;
+    };
     assert_eq!(
         value["stream_options"]["include_usage"],
         Value::Bool(true),
