@@ -13,7 +13,7 @@
 //! boundary is carried (at most [`MAX_CARRY`] bytes) into the next.
 
 use bytes::{Bytes, BytesMut};
-use serde_json::Value;
+use serde::Deserialize;
 
 /// Tokens of one request, as its engine counted them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,40 +25,56 @@ pub struct Usage {
     pub completion: u64,
 }
 
+/// A `usage` object of any of the APIs, read without building a `Value`
+/// (unknown fields are skipped).
+#[derive(Deserialize)]
+struct RawUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<Details>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    input_tokens_details: Option<Details>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    cached_tokens: Option<u64>,
+}
+
 impl Usage {
-    /// A `usage` object of any of the APIs; `None` for anything else.
-    fn of(value: &Value) -> Option<Usage> {
-        let object = value.as_object()?;
-        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-        if object.contains_key("prompt_tokens") || object.contains_key("completion_tokens") {
+    /// The usage a `usage` object reports; `None` when it has no counts.
+    fn of(raw: &RawUsage) -> Option<Usage> {
+        let cached = |d: &Option<Details>| d.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0);
+        if raw.prompt_tokens.is_some() || raw.completion_tokens.is_some() {
             return Some(Usage {
-                prompt: n(object.get("prompt_tokens")),
-                cached: n(value.pointer("/prompt_tokens_details/cached_tokens")),
-                completion: n(object.get("completion_tokens")),
+                prompt: raw.prompt_tokens.unwrap_or(0),
+                cached: cached(&raw.prompt_tokens_details),
+                completion: raw.completion_tokens.unwrap_or(0),
             });
         }
-        if !object.contains_key("input_tokens") && !object.contains_key("output_tokens") {
+        if raw.input_tokens.is_none() && raw.output_tokens.is_none() {
             return None;
         }
-        let read = n(object.get("cache_read_input_tokens"));
-        let created = n(object.get("cache_creation_input_tokens"));
-        let input = n(object.get("input_tokens"));
-        Some(
-            if object.contains_key("cache_read_input_tokens") || created > 0 {
-                // Anthropic: input_tokens leaves out what the cache served.
-                Usage {
-                    prompt: input + read + created,
-                    cached: read,
-                    completion: n(object.get("output_tokens")),
-                }
-            } else {
-                Usage {
-                    prompt: input,
-                    cached: n(value.pointer("/input_tokens_details/cached_tokens")),
-                    completion: n(object.get("output_tokens")),
-                }
-            },
-        )
+        let input = raw.input_tokens.unwrap_or(0);
+        let created = raw.cache_creation_input_tokens.unwrap_or(0);
+        Some(if raw.cache_read_input_tokens.is_some() || created > 0 {
+            // Anthropic: input_tokens leaves out what the cache served.
+            let read = raw.cache_read_input_tokens.unwrap_or(0);
+            Usage {
+                prompt: input + read + created,
+                cached: read,
+                completion: raw.output_tokens.unwrap_or(0),
+            }
+        } else {
+            Usage {
+                prompt: input,
+                cached: cached(&raw.input_tokens_details),
+                completion: raw.output_tokens.unwrap_or(0),
+            }
+        })
     }
 
     /// Field by field the larger: a stream's usage comes in parts
@@ -110,10 +126,11 @@ impl UsageReader {
             let Some(value) = rest.strip_prefix(b":") else {
                 continue;
             };
-            let mut values = serde_json::Deserializer::from_slice(value).into_iter::<Value>();
+            let mut values =
+                serde_json::Deserializer::from_slice(value).into_iter::<Option<RawUsage>>();
             match values.next() {
-                Some(Ok(value)) => {
-                    if let Some(usage) = Usage::of(&value) {
+                Some(Ok(Some(raw))) => {
+                    if let Some(usage) = Usage::of(&raw) {
                         self.usage = Some(self.usage.map_or(usage, |u| u.merge(usage)));
                     }
                 }
