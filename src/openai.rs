@@ -3,6 +3,7 @@
 //! endpoints, request bodies, routing text.
 
 pub mod as_chat;
+mod content;
 mod conversation;
 mod messages;
 mod raw;

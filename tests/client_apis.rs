@@ -420,7 +420,7 @@ async fn token_counters_and_the_access_log_equal_the_engines_usage() {
         let text = response.text().await.unwrap();
         let usage = reported_usage(path, &text);
         assert_eq!(usage.is_some(), *has_usage, "{path}: {text}");
-        let line = wait_for_line(&log, &id).await;
+        let line = line_with(&log, &id).await;
         let logged: Value = serde_json::from_str(&line).unwrap();
         match usage {
             Some((prompt, cached, completion)) => {
@@ -464,44 +464,25 @@ async fn token_counters_and_the_access_log_equal_the_engines_usage() {
         "the shared system prompt was served from the prefix cache"
     );
     let metrics = gateway.metrics().await;
-    let counted = |kind: &str| -> u64 {
-        metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("rolter_tokens_total{") && l.contains(&format!("kind=\"{kind}\""))
-            })
-            .inspect(|l| {
-                assert!(
-                    l.contains("key=\"sdk\"") && l.contains("route=\"qwen-chat\""),
-                    "{l}"
-                )
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("rolter_tokens_total{"))
+    {
+        assert!(
+            line.contains("key=\"sdk\"") && line.contains("route=\"qwen-chat\""),
+            "{line}"
+        );
+    }
+    let counted = |kind: &str| {
+        sum_series(
+            &metrics,
+            "rolter_tokens_total{",
+            &format!("kind=\"{kind}\""),
+        )
     };
     assert_eq!(
         (counted("prompt"), counted("cached"), counted("completion")),
         expected,
         "{metrics}"
     );
-}
-
-/// Waits for the access-log line holding `needle`.
-async fn wait_for_line(path: &std::path::Path, needle: &str) -> String {
-    let mut found = None;
-    wait_until(
-        std::time::Duration::from_secs(10),
-        &format!("{needle} in the access log"),
-        || {
-            found = std::fs::read_to_string(path)
-                .unwrap_or_default()
-                .lines()
-                .find(|l| l.contains(needle))
-                .map(str::to_string);
-            let done = found.is_some();
-            async move { done }
-        },
-    )
-    .await;
-    found.unwrap()
 }

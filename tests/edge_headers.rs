@@ -314,31 +314,6 @@ async fn the_request_id_is_kept_or_generated_and_travels_both_ways() {
 
 // ---- access log ---------------------------------------------------------------
 
-/// Lines of `path` (none when it does not exist).
-fn lines_of(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Waits until `path` has a line containing `needle`, and returns it.
-async fn line_with(path: &Path, needle: &str) -> String {
-    let mut found = None;
-    wait_until(
-        Duration::from_secs(10),
-        &format!("{needle} in {}", path.display()),
-        || {
-            found = lines_of(path).into_iter().find(|l| l.contains(needle));
-            let done = found.is_some();
-            async move { done }
-        },
-    )
-    .await;
-    found.unwrap()
-}
-
 /// Splits a `combined` line into its fields: spaces separate, except
 /// inside `[...]` and `"..."`.
 fn combined_fields(line: &str) -> Vec<String> {

@@ -87,18 +87,6 @@ async fn hold(
     held
 }
 
-/// The sum of the `/metrics` series whose line starts with `series` and
-/// holds `label`.
-async fn series_sum(gateway: &Gateway, series: &str, label: &str) -> u64 {
-    gateway
-        .metrics()
-        .await
-        .lines()
-        .filter(|l| l.starts_with(series) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// Requests waiting in flow control on route `chat`.
 async fn queued(gateway: &Gateway) -> u64 {
     series_sum(gateway, "rolter_flow_control_queued{", "route=\"chat\"").await

@@ -47,12 +47,12 @@ pub fn read(
     };
     if let Some(system) = system.filter(|s| s.get() != "null") {
         conversation.push_turn("system");
-        read_content(system, conversation);
+        read_blocks(system, conversation);
     }
     for message in &messages {
         conversation.push_turn(message.role.as_deref().unwrap_or(""));
         if let Some(content) = message.content {
-            read_content(content, conversation);
+            read_blocks(content, conversation);
         }
     }
     true
@@ -62,7 +62,7 @@ pub fn read(
 /// text after its `tool_use_id`; anything else (tool calls, images,
 /// documents, thinking) is recorded by identity. JSON's nesting limit bounds
 /// the recursion through tool results.
-fn read_content(raw: &RawValue, conversation: &mut Conversation) {
+fn read_blocks(raw: &RawValue, conversation: &mut Conversation) {
     match raw.get().as_bytes().first() {
         Some(b'"') => {
             if let Some(text) = string_value(raw) {
@@ -85,7 +85,7 @@ fn read_content(raw: &RawValue, conversation: &mut Conversation) {
                             conversation.push_identity("tool_use_id", id.as_bytes());
                         }
                         if let Some(content) = parsed.content {
-                            read_content(content, conversation);
+                            read_blocks(content, conversation);
                         }
                     }
                     (kind, _) => {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::content::read_content;
 use super::raw::string_value;
 use super::{Conversation, Endpoint};
 
@@ -168,14 +169,6 @@ struct Message<'a> {
     tool_calls: Option<&'a RawValue>,
     #[serde(borrow)]
     tool_call_id: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow, rename = "type")]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
 }
 
 fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
@@ -343,7 +336,7 @@ fn read_messages(raw: &RawValue, conversation: &mut Conversation) -> bool {
     for message in &messages {
         conversation.push_turn(message.role.as_deref().unwrap_or(""));
         if let Some(content) = message.content {
-            read_content(content, conversation);
+            read_content(content, conversation, |kind| kind == "text");
         }
         if let Some(tool_calls) = message.tool_calls {
             conversation.push_identity("tool_calls", tool_calls.get().as_bytes());
@@ -353,37 +346,6 @@ fn read_messages(raw: &RawValue, conversation: &mut Conversation) -> bool {
         }
     }
     true
-}
-
-/// A message's content: a string, or parts of which text is read and the rest
-/// (images, audio, files) recorded by identity.
-fn read_content(raw: &RawValue, conversation: &mut Conversation) {
-    match raw.get().as_bytes().first() {
-        Some(b'"') => {
-            if let Some(text) = string_value(raw) {
-                conversation.push_text(&text);
-            }
-        }
-        Some(b'[') => {
-            let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
-                return;
-            };
-            for part in parts {
-                match serde_json::from_str::<Part<'_>>(part.get()) {
-                    Ok(Part {
-                        kind,
-                        text: Some(text),
-                    }) if kind.as_deref().is_none_or(|k| k == "text") => {
-                        conversation.push_text(&text)
-                    }
-                    Ok(Part { kind, .. }) => conversation
-                        .push_identity(kind.as_deref().unwrap_or("part"), part.get().as_bytes()),
-                    Err(_) => conversation.push_identity("part", part.get().as_bytes()),
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 /// A completions `prompt` or embeddings `input`: a string, a list of strings,

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::content::read_content;
 use super::raw::string_value;
 use super::Conversation;
 
@@ -23,14 +24,6 @@ struct Item<'a> {
     output: Option<&'a RawValue>,
     #[serde(borrow)]
     call_id: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow, rename = "type")]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
 }
 
 /// `instructions` as the system turn, then `input`: a string (one user
@@ -73,7 +66,9 @@ pub fn read(
             None | Some("message") => {
                 conversation.push_turn(item.role.as_deref().unwrap_or(""));
                 if let Some(content) = item.content {
-                    read_content(content, conversation);
+                    read_content(content, conversation, |kind| {
+                        matches!(kind, "input_text" | "output_text" | "text")
+                    });
                 }
             }
             Some("function_call_output") => {
@@ -94,38 +89,4 @@ pub fn read(
         }
     }
     true
-}
-
-/// A message's content: a string, or parts of which text (`input_text`,
-/// `output_text`) is read and the rest (images, files) recorded by identity.
-fn read_content(raw: &RawValue, conversation: &mut Conversation) {
-    match raw.get().as_bytes().first() {
-        Some(b'"') => {
-            if let Some(text) = string_value(raw) {
-                conversation.push_text(&text);
-            }
-        }
-        Some(b'[') => {
-            let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
-                return;
-            };
-            for part in parts {
-                match serde_json::from_str::<Part<'_>>(part.get()) {
-                    Ok(Part {
-                        kind,
-                        text: Some(text),
-                    }) if kind
-                        .as_deref()
-                        .is_none_or(|k| matches!(k, "input_text" | "output_text" | "text")) =>
-                    {
-                        conversation.push_text(&text)
-                    }
-                    Ok(Part { kind, .. }) => conversation
-                        .push_identity(kind.as_deref().unwrap_or("part"), part.get().as_bytes()),
-                    Err(_) => conversation.push_identity("part", part.get().as_bytes()),
-                }
-            }
-        }
-        _ => {}
-    }
 }

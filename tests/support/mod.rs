@@ -42,6 +42,47 @@ where
     panic!("timed out after {limit:?} waiting for {what}");
 }
 
+/// Lines of the file at `path` (none when it does not exist).
+pub fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until the file at `path` (an access log) has a line containing
+/// `needle`, and returns it.
+pub async fn line_with(path: &Path, needle: &str) -> String {
+    let mut found = None;
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{needle} in {}", path.display()),
+        || {
+            found = lines_of(path).into_iter().find(|l| l.contains(needle));
+            let done = found.is_some();
+            async move { done }
+        },
+    )
+    .await;
+    found.unwrap()
+}
+
+/// The sum of the `/metrics` series of `gateway` whose line starts with
+/// `series` and holds `label`.
+pub async fn series_sum(gateway: &Gateway, series: &str, label: &str) -> u64 {
+    sum_series(&gateway.metrics().await, series, label)
+}
+
+/// [`series_sum`] over an exposition already read.
+pub fn sum_series(metrics: &str, series: &str, label: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(series) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
