@@ -8,6 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: deps demo test bench bench-gateway profile-gateway fuzz ui ui-test
 
 # cmake builds zlib-ng for Pingora; curl drives the TLS and HTTP/2 tests;
+# redis-server (its own, on a free port) backs the fleet-wide limit tests;
 # chromium runs the dashboard's browser tests (driven by playwright-core,
 # which downloads no browser); the Python packages are the openai SDK (SDK
 # test), k6 (load scenarios), schemathesis (the admin API against its
@@ -15,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # gateway's tokenization is held to). The dashboard builds with Node.js >= 20.19
 # and npm, which Debian's own nodejs package is too old for.
 deps:
-	@command -v cmake >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl chromium; }
+	@command -v cmake >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null && command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq cmake curl chromium redis-server; }
 	@python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a == 20 && b >= 19) ? 0 : 1)' 2>/dev/null && command -v npm >/dev/null || { echo "the dashboard (ui/) needs Node.js >= 20.19 and npm: https://nodejs.org/en/download" >&2; exit 1; }
 

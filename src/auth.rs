@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::{self, AdminRole, SecretDigest};
-use crate::rate_limit::{KeyLimits, RateLimits};
+use crate::rate_limit::{KeyLimits, Quota, RateLimits};
 
 /// A proxy caller and what it may reach.
 #[derive(Debug)]
@@ -167,8 +167,11 @@ impl ApiKeys {
                 models: non_empty(&k.models),
                 providers: non_empty(&k.providers),
                 limits: Some(KeyLimits::new(
-                    k.rpm,
-                    k.max_concurrent,
+                    Quota {
+                        rpm: k.rpm,
+                        tpm: k.tpm,
+                        max_concurrent: k.max_concurrent,
+                    },
                     rate_limits.counters(&k.name),
                 )),
                 priority: k.priority,
@@ -220,6 +223,7 @@ mod tests {
             models: models.iter().map(|s| s.to_string()).collect(),
             providers: providers.iter().map(|s| s.to_string()).collect(),
             rpm: 0,
+            tpm: 0,
             max_concurrent: 0,
             priority: 0,
         }

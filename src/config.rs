@@ -50,6 +50,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::openai::EndpointSet;
+
 pub use base_url::{BaseUrl, BaseUrlError};
 pub use cidr::{Cidr, CidrError};
 pub use error::{ConfigError, ConfigErrors};
@@ -87,6 +89,10 @@ pub struct Config {
     pub parking: Parking,
     pub saturation: Saturation,
     pub flow_control: FlowControl,
+    /// Where API keys' limits are counted.
+    pub rate_limits: RateLimitsConfig,
+    /// Traces exported over OTLP; `None`: off.
+    pub tracing: Option<TracingConfig>,
     /// `[control_plane]`: `Some` exactly when the role is `Gateway` or
     /// `Control`.
     pub control_plane: Option<ControlPlane>,
@@ -462,6 +468,50 @@ impl fmt::Debug for Provider {
     }
 }
 
+/// `[tracing]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP traces URL.
+    pub otlp_endpoint: String,
+    /// The sampling ratio in millionths, so the configuration stays `Eq`.
+    pub sampling_ppm: u32,
+    pub service_name: String,
+    pub max_queued_spans: usize,
+}
+
+impl TracingConfig {
+    /// The share of new traces kept, 0 to 1.
+    pub fn sampling_ratio(&self) -> f64 {
+        f64::from(self.sampling_ppm) / 1_000_000.0
+    }
+}
+
+/// `[rate_limits]`, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimitsConfig {
+    /// Counters shared through Redis; `None`: each node counts alone.
+    pub redis: Option<SharedCounters>,
+}
+
+/// The Redis that holds the fleet's counters.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedCounters {
+    /// A `redis://` URL that parsed (it may hold a password: never logged).
+    pub url: String,
+    pub timeout: Duration,
+    pub key_prefix: String,
+}
+
+impl fmt::Debug for SharedCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedCounters")
+            .field("url", &"<redacted>")
+            .field("timeout", &self.timeout)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
 /// A public model name and where its requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -474,6 +524,8 @@ pub struct Route {
     pub tokenizer: Option<RouteTokenizer>,
     /// cache_aware's load guard.
     pub cache_guard: CacheGuard,
+    /// The endpoints its requests may use.
+    pub endpoints: EndpointSet,
 }
 
 /// `cache_guard` of a route or provider group, validated, as written (an
@@ -532,6 +584,8 @@ pub struct ProviderGroup {
     pub tokenizer: Option<RouteTokenizer>,
     /// cache_aware's load guard.
     pub cache_guard: CacheGuard,
+    /// The endpoints its requests may use.
+    pub endpoints: EndpointSet,
 }
 
 /// One member of a provider group.
@@ -582,6 +636,8 @@ pub struct ApiKey {
     pub providers: Vec<String>,
     /// Requests per minute on each node; 0 = unlimited.
     pub rpm: u32,
+    /// Tokens (prompt and completion) per minute on each node; 0 = unlimited.
+    pub tpm: u64,
     /// Requests in flight at once on each node; 0 = unlimited.
     pub max_concurrent: u32,
     /// Flow control's priority band; negative = sheddable.

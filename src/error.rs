@@ -9,7 +9,7 @@ use crate::rate_limit::{Limited, CONCURRENCY_RETRY_AFTER_SECS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
-    #[error("Unknown endpoint: {method} {path}. rolter serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models.")]
+    #[error("Unknown endpoint: {method} {path}. rolter serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages, /v1/rerank, /v1/score, /tokenize, /detokenize, /v1/audio/transcriptions, /v1/audio/translations and /v1/models.")]
     UnknownEndpoint { method: String, path: String },
     #[error("Method {method} is not allowed on {path}; use {allowed}.")]
     MethodNotAllowed {
@@ -43,24 +43,60 @@ pub enum GatewayError {
     BodyRead(String),
     #[error("The request body did not arrive in time (waited {after:?}).")]
     BodyTimeout { after: std::time::Duration },
-    #[error(
-        "Unsupported Content-Type `{content_type}`: send the request body as application/json."
-    )]
-    UnsupportedMediaType { content_type: String },
-    #[error("Rate limit reached for the API key `{key}` on requests per minute (RPM): limit {limit} on this gateway node. Please try again in {retry_after_secs}s.")]
+    #[error("Unsupported Content-Type `{content_type}`: send the request body as {expected}.")]
+    UnsupportedMediaType {
+        content_type: String,
+        expected: &'static str,
+    },
+    #[error("The model `{model}` is not served on the `{endpoint}` endpoint: its route's `endpoints` list leaves it out.")]
+    EndpointClosed {
+        model: String,
+        endpoint: &'static str,
+    },
+    #[error("Rate limit reached for the API key `{key}` on requests per minute (RPM): limit {limit} {scope}. Please try again in {retry_after_secs}s.")]
     RateLimited {
         key: String,
         limit: u32,
         retry_after_secs: u64,
+        scope: LimitScope,
     },
-    #[error("Too many requests in flight for the API key `{key}`: limit {limit} at once on this gateway node. Please try again when one has finished.")]
-    ConcurrencyLimited { key: String, limit: u32 },
+    #[error("Rate limit reached for the API key `{key}` on tokens per minute (TPM): limit {limit} {scope}. Please try again in {retry_after_secs}s.")]
+    TokenRateLimited {
+        key: String,
+        limit: u64,
+        retry_after_secs: u64,
+        scope: LimitScope,
+    },
+    #[error("Too many requests in flight for the API key `{key}`: limit {limit} at once {scope}. Please try again when one has finished.")]
+    ConcurrencyLimited {
+        key: String,
+        limit: u32,
+        scope: LimitScope,
+    },
     #[error("The engines serving the model `{model}` are saturated and {reason}. Please try again in {retry_after_secs}s.")]
     Overloaded {
         model: String,
         reason: String,
         retry_after_secs: u64,
     },
+}
+
+/// Where the limit that refused a request is counted, as its message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitScope {
+    /// This node's own counters.
+    Node,
+    /// The fleet's, in Redis (`[rate_limits]`).
+    Fleet,
+}
+
+impl std::fmt::Display for LimitScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimitScope::Node => "on this gateway node",
+            LimitScope::Fleet => "across the gateway fleet",
+        })
+    }
 }
 
 /// OpenAI's error object.
@@ -98,6 +134,7 @@ impl GatewayError {
         match self {
             GatewayError::UnknownEndpoint { .. }
             | GatewayError::UnknownModel { .. }
+            | GatewayError::EndpointClosed { .. }
             | GatewayError::UnknownResponse { .. } => 404,
             GatewayError::MethodNotAllowed { .. } => 405,
             GatewayError::MissingApiKey | GatewayError::InvalidApiKey => 401,
@@ -110,6 +147,7 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType { .. } => 415,
             GatewayError::UpstreamFailed { .. } => 502,
             GatewayError::RateLimited { .. }
+            | GatewayError::TokenRateLimited { .. }
             | GatewayError::ConcurrencyLimited { .. }
             | GatewayError::Overloaded { .. } => 429,
         }
@@ -119,6 +157,9 @@ impl GatewayError {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             GatewayError::RateLimited {
+                retry_after_secs, ..
+            }
+            | GatewayError::TokenRateLimited {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
             GatewayError::ConcurrencyLimited { .. } => Some(CONCURRENCY_RETRY_AFTER_SECS),
@@ -130,7 +171,7 @@ impl GatewayError {
     }
 
     /// The error a refused request is answered with.
-    pub fn limited(key: &str, limited: Limited) -> GatewayError {
+    pub fn limited(key: &str, limited: Limited, scope: LimitScope) -> GatewayError {
         match limited {
             Limited::Rpm {
                 limit,
@@ -139,10 +180,21 @@ impl GatewayError {
                 key: key.to_string(),
                 limit,
                 retry_after_secs,
+                scope,
+            },
+            Limited::Tpm {
+                limit,
+                retry_after_secs,
+            } => GatewayError::TokenRateLimited {
+                key: key.to_string(),
+                limit,
+                retry_after_secs,
+                scope,
             },
             Limited::Concurrency { limit } => GatewayError::ConcurrencyLimited {
                 key: key.to_string(),
                 limit,
+                scope,
             },
         }
     }
@@ -180,6 +232,11 @@ impl GatewayError {
                 Some("model"),
                 Some("model_not_found"),
             ),
+            GatewayError::EndpointClosed { .. } => (
+                "invalid_request_error",
+                Some("model"),
+                Some("endpoint_not_served"),
+            ),
             GatewayError::NoEligibleTarget { .. } => {
                 ("server_error", None, Some("no_eligible_target"))
             }
@@ -194,7 +251,9 @@ impl GatewayError {
             ),
             // OpenAI's shape for a requests-per-minute limit: the type names
             // the exhausted resource ("requests", as opposed to "tokens").
-            GatewayError::RateLimited { .. } | GatewayError::ConcurrencyLimited { .. } => {
+            GatewayError::RateLimited { .. }
+            | GatewayError::TokenRateLimited { .. }
+            | GatewayError::ConcurrencyLimited { .. } => {
                 ("requests", None, Some("rate_limit_exceeded"))
             }
             // Not the caller's limit: the fleet's. A client that retries
@@ -282,6 +341,7 @@ mod tests {
                         limit: 1,
                         retry_after_secs: 3,
                     },
+                    LimitScope::Node,
                 ),
                 429,
                 "rate_limit_error",
@@ -329,6 +389,7 @@ mod tests {
                 limit: 3,
                 retry_after_secs: 42,
             },
+            LimitScope::Node,
         );
         assert_eq!(error.status(), 429);
         assert_eq!(error.retry_after_secs(), Some(42));
@@ -342,11 +403,16 @@ mod tests {
             "{message}"
         );
 
-        let error = GatewayError::limited("team", Limited::Concurrency { limit: 2 });
+        let error =
+            GatewayError::limited("team", Limited::Concurrency { limit: 2 }, LimitScope::Fleet);
         assert_eq!(error.status(), 429);
         assert_eq!(error.retry_after_secs(), Some(1));
         let json: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
         assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+        assert!(json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit 2 at once across the gateway fleet"));
         assert_eq!(GatewayError::InvalidApiKey.retry_after_secs(), None);
     }
 

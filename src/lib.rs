@@ -35,6 +35,7 @@ pub mod snapshot;
 pub mod state;
 pub mod tls;
 pub mod tokenization;
+pub mod traces;
 pub mod tracker;
 
 /// What a node says it runs: in the cluster inventory, and as the

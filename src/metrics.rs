@@ -75,6 +75,9 @@ pub struct Metrics {
     timeouts: IntCounterVec,
     client_cancels: IntCounterVec,
     rate_limited: IntCounterVec,
+    redis_fallbacks: IntCounter,
+    trace_spans: IntCounterVec,
+    redis_in_use: IntGauge,
     client_connections: IntGauge,
     client_connections_closed: IntCounterVec,
     access_log_dropped: IntCounterVec,
@@ -343,9 +346,27 @@ impl Metrics {
         }
         let rate_limited = counter_vec(
             "rolter_rate_limited_total",
-            "Requests refused with 429 by an API key's limit on this node (limit: rpm, concurrency).",
+            "Requests refused with 429 by an API key's limit (limit: rpm, tpm, concurrency).",
             &["key", "limit"],
         );
+        let redis_fallbacks = IntCounter::new(
+            "rolter_rate_limit_redis_fallbacks_total",
+            "Times this node stopped counting rate limits in Redis (an error or a timeout) and counted locally until Redis answered again.",
+        )
+        .expect("static metric definition");
+        let trace_spans = counter_vec(
+            "rolter_trace_spans_total",
+            "Spans of [tracing] by outcome: exported (the collector took them), dropped (the export queue was full), failed (the collector refused them or did not answer).",
+            &["outcome"],
+        );
+        for outcome in ["exported", "dropped", "failed"] {
+            trace_spans.with_label_values(&[outcome]);
+        }
+        let redis_in_use = IntGauge::new(
+            "rolter_rate_limit_redis_up",
+            "1 while this node counts rate limits in the Redis of [rate_limits], else 0.",
+        )
+        .expect("static metric definition");
         let client_connections = IntGauge::new(
             "rolter_client_connections",
             "Client connections open on the proxy listeners (what server.max_connections caps).",
@@ -408,6 +429,9 @@ impl Metrics {
             Box::new(timeouts.clone()),
             Box::new(client_cancels.clone()),
             Box::new(rate_limited.clone()),
+            Box::new(redis_fallbacks.clone()),
+            Box::new(trace_spans.clone()),
+            Box::new(redis_in_use.clone()),
             Box::new(client_connections.clone()),
             Box::new(client_connections_closed.clone()),
             Box::new(access_log_dropped.clone()),
@@ -448,6 +472,9 @@ impl Metrics {
             timeouts,
             client_cancels,
             rate_limited,
+            redis_fallbacks,
+            trace_spans,
+            redis_in_use,
             client_connections,
             client_connections_closed,
             access_log_dropped,
@@ -620,6 +647,20 @@ impl Metrics {
     /// A request refused by its key's `limit` (`rpm` or `concurrency`).
     pub fn record_rate_limited(&self, key: &str, limit: &str) {
         self.rate_limited.with_label_values(&[key, limit]).inc();
+    }
+
+    /// `n` spans of [tracing] ended as `outcome`.
+    pub fn record_spans(&self, outcome: &str, n: u64) {
+        self.trace_spans.with_label_values(&[outcome]).inc_by(n);
+    }
+
+    /// This node stopped counting in Redis.
+    pub fn record_redis_fallback(&self) {
+        self.redis_fallbacks.inc();
+    }
+
+    pub fn set_redis_in_use(&self, in_use: bool) {
+        self.redis_in_use.set(i64::from(in_use));
     }
 
     /// The gauge of open client connections (moved by `downstream.rs`).

@@ -1,10 +1,12 @@
 //! The client APIs rolter reads: OpenAI's (chat, completions, embeddings,
-//! responses) and Anthropic's Messages, as vLLM and SGLang serve them:
-//! endpoints, request bodies, routing text.
+//! responses, audio), Anthropic's Messages and the engines' own (rerank,
+//! score, tokenize), as vLLM and SGLang serve them: endpoints, request
+//! bodies, routing text.
 
 pub mod as_chat;
 mod content;
 mod conversation;
+mod form;
 mod messages;
 mod raw;
 mod request;
@@ -13,7 +15,10 @@ mod token_ids;
 pub mod usage;
 
 pub use conversation::Conversation;
-pub use request::{parse_request, ParsedRequest, RequestError, Splice, TextSpans};
+pub use form::form_boundary;
+pub use request::{
+    parse_form_request, parse_request, ModelLiteral, ParsedRequest, RequestError, Splice, TextSpans,
+};
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 
 /// The endpoints the gateway serves.
@@ -32,7 +37,37 @@ pub enum Endpoint {
     /// `GET`/`DELETE /v1/responses/{id}`, `GET …/{id}/input_items`,
     /// `POST …/{id}/cancel`: a stored response, at the engine holding it.
     ResponseById,
+    /// `POST /v1/rerank` (also vLLM's `/rerank` and Cohere-style `/v2/rerank`).
+    Rerank,
+    /// `POST /v1/score` (also `/score`).
+    Score,
+    /// vLLM's `POST /tokenize`.
+    Tokenize,
+    /// vLLM's `POST /detokenize`.
+    Detokenize,
+    /// `POST /v1/audio/transcriptions`: a `multipart/form-data` body.
+    AudioTranscriptions,
+    /// `POST /v1/audio/translations`: a `multipart/form-data` body.
+    AudioTranslations,
 }
+
+/// Every endpoint a route's `endpoints` allow list may name, by
+/// [`Endpoint::as_str`]. `/v1/models` is the gateway's own answer and
+/// `/v1/responses/{id}` belongs to `responses`.
+pub const ROUTABLE_ENDPOINTS: [Endpoint; 12] = [
+    Endpoint::ChatCompletions,
+    Endpoint::Completions,
+    Endpoint::Embeddings,
+    Endpoint::Responses,
+    Endpoint::Messages,
+    Endpoint::MessagesCountTokens,
+    Endpoint::Rerank,
+    Endpoint::Score,
+    Endpoint::Tokenize,
+    Endpoint::Detokenize,
+    Endpoint::AudioTranscriptions,
+    Endpoint::AudioTranslations,
+];
 
 /// Whose API a request speaks: the shape of the errors rolter answers it with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +97,12 @@ impl Endpoint {
             "/v1/responses" => Some(Endpoint::Responses),
             "/v1/messages" => Some(Endpoint::Messages),
             "/v1/messages/count_tokens" => Some(Endpoint::MessagesCountTokens),
+            "/v1/rerank" | "/rerank" | "/v2/rerank" => Some(Endpoint::Rerank),
+            "/v1/score" | "/score" => Some(Endpoint::Score),
+            "/tokenize" => Some(Endpoint::Tokenize),
+            "/detokenize" => Some(Endpoint::Detokenize),
+            "/v1/audio/transcriptions" => Some(Endpoint::AudioTranscriptions),
+            "/v1/audio/translations" => Some(Endpoint::AudioTranslations),
             _ if response_id(path).is_some() => Some(Endpoint::ResponseById),
             _ => None,
         }
@@ -103,7 +144,39 @@ impl Endpoint {
             Endpoint::Messages => "messages",
             Endpoint::MessagesCountTokens => "messages/count_tokens",
             Endpoint::ResponseById => "responses/{id}",
+            Endpoint::Rerank => "rerank",
+            Endpoint::Score => "score",
+            Endpoint::Tokenize => "tokenize",
+            Endpoint::Detokenize => "detokenize",
+            Endpoint::AudioTranscriptions => "audio/transcriptions",
+            Endpoint::AudioTranslations => "audio/translations",
         }
+    }
+
+    /// The endpoint named `name` in a route's `endpoints` allow list.
+    pub fn routable(name: &str) -> Option<Endpoint> {
+        ROUTABLE_ENDPOINTS.into_iter().find(|e| e.as_str() == name)
+    }
+
+    /// Whether the body is `multipart/form-data` rather than JSON.
+    pub fn takes_form(self) -> bool {
+        matches!(
+            self,
+            Endpoint::AudioTranscriptions | Endpoint::AudioTranslations
+        )
+    }
+
+    /// Whether the engine's answer carries a token `usage` worth counting.
+    pub fn reports_usage(self) -> bool {
+        !matches!(
+            self,
+            Endpoint::MessagesCountTokens
+                | Endpoint::Tokenize
+                | Endpoint::Detokenize
+                | Endpoint::AudioTranscriptions
+                | Endpoint::AudioTranslations
+                | Endpoint::Models
+        )
     }
 }
 
@@ -116,4 +189,94 @@ pub fn response_id(path: &str) -> Option<&str> {
         None => rest,
     };
     (!id.is_empty()).then_some(id)
+}
+
+/// The endpoints a route serves (its `endpoints` allow list), as a set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointSet(u16);
+
+impl EndpointSet {
+    /// Every routable endpoint: a route without `endpoints`.
+    pub const ALL: EndpointSet = EndpointSet((1 << ROUTABLE_ENDPOINTS.len()) - 1);
+    pub const NONE: EndpointSet = EndpointSet(0);
+
+    fn bit(endpoint: Endpoint) -> u16 {
+        ROUTABLE_ENDPOINTS
+            .iter()
+            .position(|e| *e == endpoint)
+            .map_or(0, |i| 1 << i)
+    }
+
+    #[must_use]
+    pub fn with(self, endpoint: Endpoint) -> EndpointSet {
+        EndpointSet(self.0 | Self::bit(endpoint))
+    }
+
+    /// Whether a request for `endpoint` may use the route. `/v1/models` is
+    /// not the route's to refuse; a stored response goes with `responses`.
+    pub fn allows(self, endpoint: Endpoint) -> bool {
+        match endpoint {
+            Endpoint::Models => true,
+            Endpoint::ResponseById => self.allows(Endpoint::Responses),
+            other => self.0 & Self::bit(other) != 0,
+        }
+    }
+
+    /// The names of the endpoints in the set, in [`ROUTABLE_ENDPOINTS`] order.
+    pub fn names(self) -> Vec<String> {
+        ROUTABLE_ENDPOINTS
+            .into_iter()
+            .filter(|e| self.allows(*e))
+            .map(|e| e.as_str().to_string())
+            .collect()
+    }
+}
+
+impl Default for EndpointSet {
+    fn default() -> Self {
+        EndpointSet::ALL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_routable_endpoint_has_its_own_name_and_path() {
+        for (i, endpoint) in ROUTABLE_ENDPOINTS.into_iter().enumerate() {
+            assert_eq!(Endpoint::routable(endpoint.as_str()), Some(endpoint));
+            assert!(ROUTABLE_ENDPOINTS[..i]
+                .iter()
+                .all(|e| e.as_str() != endpoint.as_str()));
+        }
+        assert_eq!(Endpoint::routable("models"), None);
+        assert_eq!(Endpoint::routable("responses/{id}"), None);
+        for (path, endpoint) in [
+            ("/v2/rerank", Endpoint::Rerank),
+            ("/rerank", Endpoint::Rerank),
+            ("/score", Endpoint::Score),
+            ("/detokenize", Endpoint::Detokenize),
+            ("/v1/audio/translations", Endpoint::AudioTranslations),
+        ] {
+            assert_eq!(Endpoint::from_path(path), Some(endpoint), "{path}");
+        }
+    }
+
+    #[test]
+    fn an_endpoint_set_opens_only_what_it_names() {
+        let set = EndpointSet::NONE
+            .with(Endpoint::ChatCompletions)
+            .with(Endpoint::Responses);
+        assert!(set.allows(Endpoint::ChatCompletions));
+        assert!(set.allows(Endpoint::ResponseById));
+        assert!(set.allows(Endpoint::Models));
+        assert!(!set.allows(Endpoint::Completions));
+        assert!(!set.allows(Endpoint::AudioTranscriptions));
+        assert_eq!(set.names(), ["chat/completions", "responses"]);
+        assert!(ROUTABLE_ENDPOINTS
+            .iter()
+            .all(|e| EndpointSet::ALL.allows(*e)));
+        assert_eq!(EndpointSet::ALL.names().len(), ROUTABLE_ENDPOINTS.len());
+    }
 }

@@ -37,6 +37,7 @@ mod request_id;
 mod respond;
 mod select;
 mod target_set;
+mod trace;
 mod waiting;
 
 use std::sync::Arc;
@@ -133,8 +134,11 @@ impl ProxyHttp for Gateway {
         session.set_write_timeout(Some(server.send_timeout));
         ctx.request_id = Some(request_id::ensure(session));
         ctx.origin = Some(ClientOrigin::of(session, server));
-        let homes = &self.state.learned.response_homes;
-        match admission::admit(session, ctx, &self.state.metrics, homes).await {
+        trace::begin(&self.state, session, ctx);
+        let admitted =
+            admission::admit(session, ctx, &self.state.metrics, &self.state.learned).await;
+        trace::settle(ctx);
+        match admitted {
             Ok(Next::Route) => Ok(false),
             Ok(Next::ListModels(caller)) => {
                 let keepalive = !self.state.is_draining();
@@ -155,6 +159,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         // A retry starts here: the previous attempt's slot and state go.
+        trace::end_attempt(ctx);
         ctx.attempt = None;
         let Some(admitted) = &ctx.admitted else {
             return Err(not_admitted("upstream_peer"));
@@ -207,7 +212,7 @@ impl ProxyHttp for Gateway {
         // The gateway's key, as Anthropic's clients send it: never the engine's.
         upstream.remove_header(admission::X_API_KEY);
         upstream.insert_header(header::CONTENT_LENGTH, attempt.body.len())?;
-        Ok(())
+        trace::attempt(ctx, upstream)
     }
 
     async fn request_body_filter(
@@ -543,6 +548,19 @@ impl ProxyHttp for Gateway {
             if let Some(usage) = attempt.usage.usage() {
                 let key = ctx.caller.as_ref().map_or("-", |c| c.name.as_str());
                 self.state.metrics.record_tokens(key, route, target, usage);
+                // The key's `tpm` window is charged what the engine reported,
+                // here and, through the next flush, in Redis.
+                if let Some(caller) = &ctx.caller {
+                    if let Some(limits) = caller.limits() {
+                        let tokens = usage.prompt + usage.completion;
+                        limits.charge_tokens(crate::clock::now_ms(), tokens);
+                        self.state
+                            .learned
+                            .rate_limits
+                            .shared
+                            .charge_tokens(&caller.name, tokens);
+                    }
+                }
             }
         }
         if cancelled {
@@ -564,6 +582,7 @@ impl ProxyHttp for Gateway {
                 ctx.attempts,
             );
         }
+        trace::finish(session, ctx, status, e);
         // The stream is over: free the target's slot now rather than when
         // Pingora gets round to dropping the context.
         if let Some(attempt) = ctx.attempt.as_mut() {

@@ -1,5 +1,6 @@
-//! Per-key rate limits: requests per minute (`rpm`) and requests in flight
-//! (`max_concurrent`) of each `[[api_keys]]` entry.
+//! Per-key rate limits: requests per minute (`rpm`), tokens per minute
+//! (`tpm`) and requests in flight (`max_concurrent`) of each `[[api_keys]]`
+//! entry.
 //!
 //! **Per node.** The counters live in this process. In a fleet of gateways a
 //! key may make `rpm` requests a minute and hold `max_concurrent` requests on
@@ -33,6 +34,15 @@
 //! A key's window starts at its first request after a quiet period, so
 //! windows of different keys are not aligned.
 //!
+//! **Tokens per minute: the same window, charged afterwards.** A request's
+//! tokens (prompt and completion, from the engine's `usage`) are known only
+//! when its answer ends, so `tpm` is checked before dispatch — a key whose
+//! estimate of the last 60 seconds has reached `tpm` is refused, with the
+//! `Retry-After` at which it drops under it — and charged when the usage
+//! arrives ([`KeyLimits::charge_tokens`]). One request may overshoot the
+//! budget (OpenAI's limits behave alike); the key then waits the overshoot
+//! off. An answer without `usage` charges nothing.
+//!
 //! **Requests in flight: a counted slot.** An admitted request holds a
 //! [`ConcurrencySlot`] in its context for its whole life, streamed response
 //! included; the slot is given back when the context is dropped (the response
@@ -53,6 +63,10 @@
 //! counted even for a key without limits, so limits added by a reload see
 //! the real recent traffic.
 
+mod shared;
+
+pub use shared::{SharedAdmission, SharedLimitsService, SharedStore};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -70,6 +84,8 @@ pub struct RateLimits {
     // Locked only while a snapshot is built (once per reload); the request
     // path holds each key's `Arc<KeyCounters>` and never takes this lock.
     keys: Mutex<HashMap<String, Arc<KeyCounters>>>,
+    /// The fleet's counters in Redis, when `[rate_limits]` names one.
+    pub shared: Arc<SharedStore>,
 }
 
 impl RateLimits {
@@ -87,13 +103,20 @@ impl RateLimits {
     }
 }
 
-/// What one key has used: its sliding window and its requests in flight.
+/// What one key has used: its sliding windows and its requests in flight.
 #[derive(Debug, Default)]
 pub struct KeyCounters {
     // Held for a handful of integer operations, never across an await; only
     // requests of the same key contend for it.
-    window: Mutex<Window>,
+    windows: Mutex<Windows>,
     in_flight: AtomicU32,
+}
+
+/// The requests and the tokens a key was admitted and charged.
+#[derive(Debug, Default, Clone, Copy)]
+struct Windows {
+    requests: Window,
+    tokens: Window,
 }
 
 impl KeyCounters {
@@ -108,10 +131,10 @@ impl KeyCounters {
 struct Window {
     /// Start of the current minute, on the caller's clock (ms).
     start_ms: u64,
-    /// Requests admitted in the minute before the current one.
-    previous: u32,
-    /// Requests admitted in the current minute.
-    current: u32,
+    /// Requests admitted (tokens charged) in the minute before the current one.
+    previous: u64,
+    /// Requests admitted (tokens charged) in the current minute.
+    current: u64,
 }
 
 impl Window {
@@ -130,30 +153,30 @@ impl Window {
         }
     }
 
-    /// Whether a request at `now_ms` (already rolled to) is under `rpm`.
-    /// The estimate, scaled by the window length to stay in integers:
-    /// `previous × (W − elapsed) + current × W < rpm × W`.
-    fn admits(&self, now_ms: u64, rpm: u32) -> bool {
+    /// Whether the estimate at `now_ms` (already rolled to) is under
+    /// `limit`. Scaled by the window length to stay in integers:
+    /// `previous × (W − elapsed) + current × W < limit × W`.
+    fn admits(&self, now_ms: u64, limit: u64) -> bool {
         let elapsed = now_ms - self.start_ms;
         debug_assert!(elapsed < WINDOW_MS, "roll() keeps now in the window");
-        let weighted =
-            u64::from(self.previous) * (WINDOW_MS - elapsed) + u64::from(self.current) * WINDOW_MS;
-        weighted < u64::from(rpm) * WINDOW_MS
+        let weighted = u128::from(self.previous) * u128::from(WINDOW_MS - elapsed)
+            + u128::from(self.current) * u128::from(WINDOW_MS);
+        weighted < u128::from(limit) * u128::from(WINDOW_MS)
     }
 
-    /// Milliseconds from `now_ms` until [`Self::admits`] holds again, if no
-    /// other request is admitted meanwhile. Call only when it does not hold.
-    fn wait_ms(&self, now_ms: u64, rpm: u32) -> u64 {
+    /// Milliseconds from `now_ms` until [`Self::admits`] holds again, if
+    /// nothing else is counted meanwhile. Call only when it does not hold.
+    fn wait_ms(&self, now_ms: u64, limit: u64) -> u64 {
         let elapsed = now_ms - self.start_ms;
-        let rpm = u64::from(rpm);
-        let (previous, current) = (u64::from(self.previous), u64::from(self.current));
+        let rpm = u128::from(limit);
+        let (previous, current) = (u128::from(self.previous), u128::from(self.current));
+        let window = u128::from(WINDOW_MS);
         // Still in this minute: `previous × (W − e) < (rpm − current) × W`
         // holds from `e = W + 1 − ceil((rpm − current) × W / previous)` on.
         if current < rpm && previous > 0 {
-            let from =
-                (WINDOW_MS + 1).saturating_sub(((rpm - current) * WINDOW_MS).div_ceil(previous));
-            if from < WINDOW_MS {
-                return from.saturating_sub(elapsed);
+            let from = (window + 1).saturating_sub(((rpm - current) * window).div_ceil(previous));
+            if from < window {
+                return (from as u64).saturating_sub(elapsed);
             }
         }
         // In the next minute this one's count is the weighed one:
@@ -161,10 +184,10 @@ impl Window {
         let from = if current == 0 {
             0
         } else {
-            (WINDOW_MS + 1).saturating_sub((rpm * WINDOW_MS).div_ceil(current))
+            (window + 1).saturating_sub((rpm * window).div_ceil(current))
         };
-        if from < WINDOW_MS {
-            WINDOW_MS - elapsed + from
+        if from < window {
+            WINDOW_MS - elapsed + from as u64
         } else {
             // Only a minute with neither bucket filled admits it.
             2 * WINDOW_MS - elapsed
@@ -178,15 +201,18 @@ impl Window {
 pub enum Limited {
     /// Over `rpm`; a request would be admitted in `retry_after_secs`.
     Rpm { limit: u32, retry_after_secs: u64 },
+    /// Over `tpm`; a request would be admitted in `retry_after_secs`.
+    Tpm { limit: u64, retry_after_secs: u64 },
     /// `max_concurrent` requests are in flight.
     Concurrency { limit: u32 },
 }
 
 impl Limited {
-    /// The metric label: `rpm` or `concurrency`.
+    /// The metric label: `rpm`, `tpm` or `concurrency`.
     pub fn label(self) -> &'static str {
         match self {
             Limited::Rpm { .. } => "rpm",
+            Limited::Tpm { .. } => "tpm",
             Limited::Concurrency { .. } => "concurrency",
         }
     }
@@ -196,28 +222,52 @@ impl Limited {
         match self {
             Limited::Rpm {
                 retry_after_secs, ..
+            }
+            | Limited::Tpm {
+                retry_after_secs, ..
             } => retry_after_secs,
             Limited::Concurrency { .. } => CONCURRENCY_RETRY_AFTER_SECS,
         }
     }
 }
 
+/// A key's limits as configured; 0 is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests per minute.
+    pub rpm: u32,
+    /// Tokens (prompt and completion) per minute.
+    pub tpm: u64,
+    /// Requests in flight.
+    pub max_concurrent: u32,
+}
+
 /// One key's limits in one snapshot, over the key's shared counters.
 #[derive(Debug)]
 pub struct KeyLimits {
-    /// Requests per minute; 0 = unlimited.
-    rpm: u32,
-    /// Requests in flight; 0 = unlimited.
-    max_concurrent: u32,
+    quota: Quota,
     counters: Arc<KeyCounters>,
 }
 
 impl KeyLimits {
-    pub fn new(rpm: u32, max_concurrent: u32, counters: Arc<KeyCounters>) -> Self {
-        Self {
-            rpm,
-            max_concurrent,
-            counters,
+    pub fn new(quota: Quota, counters: Arc<KeyCounters>) -> Self {
+        Self { quota, counters }
+    }
+
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Counts a request that shared counters admitted, without checking
+    /// the local limits: they are kept warm for when Redis goes away.
+    pub fn count_admitted(&self, now_ms: u64, remote: shared::RemoteSlot) -> ConcurrencySlot {
+        let mut windows = self.lock();
+        windows.requests.roll(now_ms);
+        windows.requests.current = windows.requests.current.saturating_add(1);
+        self.counters.in_flight.fetch_add(1, Ordering::AcqRel);
+        ConcurrencySlot {
+            counters: Arc::clone(&self.counters),
+            _remote: Some(remote),
         }
     }
 
@@ -225,49 +275,85 @@ impl KeyLimits {
     /// the gateway): counts it and hands out its in-flight slot, or says
     /// which limit refuses it. A refused request is not counted.
     pub fn admit(&self, now_ms: u64) -> Result<ConcurrencySlot, Limited> {
-        let mut window = self
-            .counters
-            .window
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        window.roll(now_ms);
-        if self.rpm > 0 && !window.admits(now_ms, self.rpm) {
-            let wait_ms = window.wait_ms(now_ms, self.rpm);
+        let Quota {
+            rpm,
+            tpm,
+            max_concurrent,
+        } = self.quota;
+        let mut windows = self.lock();
+        windows.requests.roll(now_ms);
+        if rpm > 0 && !windows.requests.admits(now_ms, u64::from(rpm)) {
+            let wait_ms = windows.requests.wait_ms(now_ms, u64::from(rpm));
             return Err(Limited::Rpm {
-                limit: self.rpm,
+                limit: rpm,
                 retry_after_secs: wait_ms.div_ceil(1000).max(1),
             });
+        }
+        if tpm > 0 {
+            windows.tokens.roll(now_ms);
+            if !windows.tokens.admits(now_ms, tpm) {
+                let wait_ms = windows.tokens.wait_ms(now_ms, tpm);
+                return Err(Limited::Tpm {
+                    limit: tpm,
+                    retry_after_secs: wait_ms.div_ceil(1000).max(1),
+                });
+            }
         }
         // The slot is taken under the window lock so that a request refused
         // for concurrency is not counted against rpm (and vice versa).
         let slot = self.enter().ok_or(Limited::Concurrency {
-            limit: self.max_concurrent,
+            limit: max_concurrent,
         })?;
-        window.current = window.current.saturating_add(1);
+        windows.requests.current = windows.requests.current.saturating_add(1);
         Ok(slot)
+    }
+
+    /// Charges `tokens` (a finished request's prompt and completion tokens)
+    /// at `now_ms`. Charged whether or not the key has a `tpm`, so a limit
+    /// added by a reload sees the real recent traffic.
+    pub fn charge_tokens(&self, now_ms: u64, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let mut windows = self.lock();
+        windows.tokens.roll(now_ms);
+        windows.tokens.current = windows.tokens.current.saturating_add(tokens);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Windows> {
+        self.counters
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes an in-flight slot unless `max_concurrent` are taken.
     fn enter(&self) -> Option<ConcurrencySlot> {
-        let limit = self.max_concurrent;
+        let limit = self.quota.max_concurrent;
         self.counters
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (limit == 0 || n < limit).then(|| n.saturating_add(1))
             })
             .ok()?;
-        Some(ConcurrencySlot(Arc::clone(&self.counters)))
+        Some(ConcurrencySlot {
+            counters: Arc::clone(&self.counters),
+            _remote: None,
+        })
     }
 }
 
 /// One request of a key in flight; given back when dropped (with the
-/// request's context).
+/// request's context), here and, when Redis admitted it, there.
 #[derive(Debug)]
-pub struct ConcurrencySlot(Arc<KeyCounters>);
+pub struct ConcurrencySlot {
+    counters: Arc<KeyCounters>,
+    _remote: Option<shared::RemoteSlot>,
+}
 
 impl Drop for ConcurrencySlot {
     fn drop(&mut self) {
-        let before = self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let before = self.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a slot is only handed out after an increment");
     }
 }
@@ -277,7 +363,15 @@ mod tests {
     use super::*;
 
     fn limits(rpm: u32, max_concurrent: u32) -> KeyLimits {
-        KeyLimits::new(rpm, max_concurrent, Arc::default())
+        KeyLimits::new(quota(rpm, max_concurrent), Arc::default())
+    }
+
+    fn quota(rpm: u32, max_concurrent: u32) -> Quota {
+        Quota {
+            rpm,
+            tpm: 0,
+            max_concurrent,
+        }
     }
 
     /// Admits `n` requests at `at_ms`, keeping their slots alive.
@@ -331,13 +425,13 @@ mod tests {
                     admit_n(&key, burst.min(rpm), first);
                     // Fill what is left, later in the window or the next.
                     while key.admit(later).is_ok() {}
-                    let window = *key.counters.window.lock().unwrap();
-                    let wait = window.wait_ms(later, rpm);
+                    let window = key.lock().requests;
+                    let wait = window.wait_ms(later, u64::from(rpm));
                     assert!(wait > 0, "rpm {rpm} burst {burst} at {later}");
                     let probe = |at: u64| {
                         let mut w = window;
                         w.roll(at);
-                        w.admits(at, rpm)
+                        w.admits(at, u64::from(rpm))
                     };
                     assert!(
                         !probe(later + wait - 1),
@@ -408,7 +502,7 @@ mod tests {
     #[test]
     fn new_limits_apply_to_the_same_counters() {
         let registry = RateLimits::default();
-        let before = KeyLimits::new(3, 1, registry.counters("team"));
+        let before = KeyLimits::new(quota(3, 1), registry.counters("team"));
         for at in 0..3 {
             before.admit(at).unwrap();
         }
@@ -417,7 +511,7 @@ mod tests {
             Err(Limited::Rpm { limit: 3, .. })
         ));
         // A reload raises the limits: the three requests still count.
-        let after = KeyLimits::new(5, 1, registry.counters("team"));
+        let after = KeyLimits::new(quota(5, 1), registry.counters("team"));
         let held = admit_n(&after, 1, 3);
         assert_eq!(
             after.admit(4).unwrap_err(),
@@ -427,7 +521,11 @@ mod tests {
         admit_n(&after, 1, 5);
         assert!(matches!(after.admit(6), Err(Limited::Rpm { limit: 5, .. })));
         // Another key has its own counters.
-        admit_n(&KeyLimits::new(5, 1, registry.counters("other")), 1, 6);
+        admit_n(
+            &KeyLimits::new(quota(5, 1), registry.counters("other")),
+            1,
+            6,
+        );
     }
 
     #[test]
@@ -437,7 +535,7 @@ mod tests {
         assert_eq!(key.counters.in_flight(), 500);
         drop(held);
         // A reload that adds a limit sees the 500 requests of this minute.
-        let limited = KeyLimits::new(100, 0, Arc::clone(&key.counters));
+        let limited = KeyLimits::new(quota(100, 0), Arc::clone(&key.counters));
         assert!(limited.admit(1).is_err());
     }
 
@@ -449,5 +547,85 @@ mod tests {
         registry.retain(|name| name == "kept");
         assert!(Arc::ptr_eq(&kept, &registry.counters("kept")));
         assert!(!Arc::ptr_eq(&gone, &registry.counters("gone")));
+    }
+
+    fn tpm(tpm: u64) -> KeyLimits {
+        KeyLimits::new(
+            Quota {
+                tpm,
+                ..Quota::default()
+            },
+            Arc::default(),
+        )
+    }
+
+    #[test]
+    fn tpm_refuses_once_the_charged_tokens_fill_the_window() {
+        let key = tpm(1_000);
+        // Admitted while the window has room, however large the request
+        // turns out to be: its tokens are charged when its usage arrives.
+        admit_n(&key, 1, 0);
+        key.charge_tokens(500, 600);
+        admit_n(&key, 1, 1_000);
+        key.charge_tokens(1_500, 400);
+        let Err(Limited::Tpm {
+            limit: 1_000,
+            retry_after_secs,
+        }) = key.admit(2_000)
+        else {
+            panic!("admitted with 1000 of 1000 tokens used");
+        };
+        // The token window started at the first charge (500 ms); its full
+        // minute weighs until 60.5 s.
+        assert_eq!(retry_after_secs, 59);
+        assert!(key.admit(60_500).is_err());
+        admit_n(&key, 1, 60_501);
+    }
+
+    #[test]
+    fn an_overshoot_is_waited_off_in_proportion() {
+        let key = tpm(1_000);
+        admit_n(&key, 1, 0);
+        // One answer used four minutes' worth.
+        key.charge_tokens(10, 4_000);
+        let Err(Limited::Tpm {
+            retry_after_secs, ..
+        }) = key.admit(20)
+        else {
+            panic!("admitted over the budget");
+        };
+        // The window started at the charge (10 ms); in the next minute
+        // 4000 × (1 − e/60 s) < 1000 from e = 45.001 s on: at 105.011 s.
+        assert_eq!(retry_after_secs, 105);
+        assert!(key.admit(105_010).is_err());
+        admit_n(&key, 1, 105_011);
+    }
+
+    #[test]
+    fn tokens_are_charged_without_a_tpm_and_refusals_cost_none() {
+        let counters = Arc::new(KeyCounters::default());
+        let unlimited = KeyLimits::new(Quota::default(), Arc::clone(&counters));
+        admit_n(&unlimited, 1, 0);
+        unlimited.charge_tokens(1, 5_000);
+        // A reload adds tpm = 5000: the tokens already used count.
+        let limited = KeyLimits::new(
+            Quota {
+                tpm: 5_000,
+                rpm: 10,
+                ..Quota::default()
+            },
+            counters,
+        );
+        assert!(matches!(limited.admit(2), Err(Limited::Tpm { .. })));
+        // The refusal was not counted against rpm.
+        assert_eq!(limited.lock().requests.current, 1);
+        assert_eq!(
+            Limited::Tpm {
+                limit: 1,
+                retry_after_secs: 3
+            }
+            .label(),
+            "tpm"
+        );
     }
 }

@@ -279,6 +279,22 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                 ),
             ));
             server.add_service(background_service(
+                "trace export",
+                crate::traces::TraceExportService::new(
+                    Arc::clone(&state.traces),
+                    Arc::clone(&state.metrics),
+                ),
+            ));
+            let running = Arc::clone(&state);
+            server.add_service(background_service(
+                "shared rate limits",
+                crate::rate_limit::SharedLimitsService::new(
+                    Arc::clone(&state.learned.rate_limits.shared),
+                    Box::new(move || running.snapshot().config.rate_limits.redis.clone()),
+                    Arc::clone(&state.metrics),
+                ),
+            ));
+            server.add_service(background_service(
                 "flow control",
                 crate::flow_control::Dispatcher::new(Arc::clone(&state.learned.flow)),
             ));

@@ -109,6 +109,8 @@ pub struct Group {
     pub metrics: RouteMetrics,
     /// The model directory its routes tokenize requests with.
     pub tokenizer: Option<RouteTokens>,
+    /// The endpoints its routes' requests may use.
+    pub endpoints: crate::openai::EndpointSet,
     /// Where its routes' requests wait under flow control.
     pub queue: Arc<RouteQueue>,
 }
@@ -344,6 +346,7 @@ impl Snapshot {
                 adapter: None,
                 kept: false,
                 tokenizer,
+                endpoints: route.endpoints,
                 queue: learned.flow.queue(&route.model),
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
@@ -410,6 +413,7 @@ impl Snapshot {
                     member_stats,
                     metrics: metrics.route(&format!("{}/*", group.slug), group.strategy.as_str()),
                     tokenizer,
+                    endpoints: group.endpoints,
                     queue: learned.flow.queue(&format!("{}/*", group.slug)),
                 },
             );
@@ -577,6 +581,7 @@ impl Snapshot {
             adapter: passthrough.then(|| requested.to_string()),
             kept,
             tokenizer: group.tokenizer.clone(),
+            endpoints: group.endpoints,
             queue: Arc::clone(&group.queue),
         }
     }
@@ -617,6 +622,7 @@ impl Snapshot {
             adapter: None,
             kept,
             tokenizer: None,
+            endpoints: crate::openai::EndpointSet::ALL,
             queue: Arc::clone(&engine.queue),
         }
     }

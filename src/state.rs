@@ -79,6 +79,8 @@ pub struct GatewayState {
     pub history: crate::history::History,
     /// Access-log records on their way to the writer service.
     pub access_log: Arc<AccessLogQueue>,
+    /// Where requests' spans go while `[tracing]` is on.
+    pub traces: Arc<crate::traces::Traces>,
     config_path: PathBuf,
     next_version: AtomicU64,
     // Serializes reloads (SIGHUP and the admin API may race); held only by
@@ -124,11 +126,14 @@ impl GatewayState {
         let version = u64::from(config.server.role == Role::Standalone);
         let snapshot = Snapshot::build(config, version, &learned, &metrics)?;
         metrics.set_config_version(version);
+        let traces = Arc::new(crate::traces::Traces::default());
+        traces.configure(snapshot.config.tracing.as_ref(), &metrics);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
             learned,
             tls,
             access_log: Arc::new(AccessLogQueue::new(Arc::clone(&metrics))),
+            traces,
             metrics,
             history: Default::default(),
             config_path: config_path.to_path_buf(),
@@ -253,6 +258,8 @@ impl GatewayState {
                 let needs_restart = restart_only_changes(&previous.config, &snapshot.config);
                 let warnings = log_warnings(&snapshot.config);
                 let version = snapshot.version;
+                self.traces
+                    .configure(snapshot.config.tracing.as_ref(), &self.metrics);
                 self.snapshot.store(Arc::new(snapshot));
                 self.record_reload(source, Ok((version, &warnings)));
                 self.metrics.record_reload(true);

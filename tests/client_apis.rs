@@ -7,7 +7,6 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 
 use serde_json::{json, Value};
 
@@ -31,30 +30,6 @@ fn config(engines: &[(&str, &FakeEngine)], strategy: &str, require_key: bool) ->
     config
 }
 
-/// Runs `tests/python/<script>` against the gateway and checks it said ok.
-async fn sdk_script(script: &str, package: &str, gateway: &Gateway, base_path: &str) {
-    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let base_url = gateway.url(base_path);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([&script, &base_url, "sk-sdk-test", "qwen-chat"])
-            .output()
-            .expect("python3 must be installed")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !stderr.contains(&format!("No module named '{package}'")),
-        "the {package} package is missing: run `make deps`"
-    );
-    assert!(
-        output.status.success() && stdout.starts_with("ok:"),
-        "{package} client failed:\n{stdout}\n{stderr}"
-    );
-}
-
 #[tokio::test]
 async fn official_anthropic_client_plain_streaming_count_tokens_and_errors() {
     let engine = FakeEngine::start("e", &["--token-delay-ms", "5"]);
@@ -64,7 +39,14 @@ async fn official_anthropic_client_plain_streaming_count_tokens_and_errors() {
     )
     .await;
     // The SDK sends its key as `x-api-key`; the base URL is the host (it adds /v1).
-    sdk_script("anthropic_client.py", "anthropic", &gateway, "").await;
+    sdk_script(
+        "anthropic_client.py",
+        "anthropic",
+        gateway.url(""),
+        "sk-sdk-test",
+        "qwen-chat",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -75,7 +57,14 @@ async fn official_openai_client_responses_plain_and_streaming() {
         &[("SDK_KEY", "sk-sdk-test")],
     )
     .await;
-    sdk_script("responses_client.py", "openai", &gateway, "/v1").await;
+    sdk_script(
+        "responses_client.py",
+        "openai",
+        gateway.url("/v1"),
+        "sk-sdk-test",
+        "qwen-chat",
+    )
+    .await;
 }
 
 #[tokio::test]

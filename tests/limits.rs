@@ -1,5 +1,5 @@
-//! Limits at the edge, end to end: per-key requests per minute and requests
-//! in flight (`[[api_keys]] rpm`, `max_concurrent`), and the client
+//! Limits at the edge, end to end: per-key requests and tokens per minute
+//! and requests in flight (`[[api_keys]] rpm`, `tpm`, `max_concurrent`), and the client
 //! connection limits of `[server]` (`keepalive_requests`,
 //! `keepalive_timeout_secs`, `header_read_timeout_secs`, `max_connections`),
 //! against real `rolter serve` and `rolter fake-llm` processes. Connection
@@ -108,6 +108,62 @@ async fn the_request_over_rpm_gets_429_with_retry_after_and_other_keys_are_unaff
     );
     assert!(
         !metrics.contains(r#"rolter_rate_limited_total{key="beta""#),
+        "{metrics}"
+    );
+}
+
+/// The tokens the engine reported for a chat answer (prompt + completion).
+async fn used_tokens(response: reqwest::Response) -> u64 {
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["usage"]["total_tokens"].as_u64().expect("usage")
+}
+
+#[tokio::test]
+async fn tpm_refuses_once_the_engines_reported_tokens_fill_the_minute() {
+    let engine = FakeEngine::start("e", &[]);
+    let gateway =
+        Gateway::start_with_env(&keyed_config(&engine, "tpm = 40", "tpm = 40"), KEYS).await;
+    let body = |max_tokens: u64| json!({"model": "chat", "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}]});
+    // 20 completion tokens and a few of prompt: room for a second request,
+    // which takes the key past its 40.
+    let first = used_tokens(chat_as(&gateway, Some("sk-alpha"), body(20)).await).await;
+    assert!(first > 20 && first < 40, "{first}");
+    // A stream whose client did not ask for usage is charged too: the
+    // gateway asks the engine for it.
+    let stream = chat_as(
+        &gateway,
+        Some("sk-alpha"),
+        json!({"model": "chat", "max_tokens": 20, "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(stream.status(), 200);
+    let text = stream.text().await.unwrap();
+    assert!(
+        !text.contains("\"usage\""),
+        "the client did not ask for usage: {text}"
+    );
+
+    let refused = chat_as(&gateway, Some("sk-alpha"), body(1)).await;
+    assert_eq!(refused.status(), 429);
+    // About 58 tokens against 40: the overshoot is waited off into the
+    // next minute.
+    let seconds = retry_after(&refused);
+    assert!((61..=120).contains(&seconds), "Retry-After: {seconds}");
+    let answer: Value = refused.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "rate_limit_exceeded", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("tokens per minute (TPM): limit 40"),
+        "{message}"
+    );
+
+    // The other key has its own tokens; the refused request reached no engine.
+    assert!(used_tokens(chat_as(&gateway, Some("sk-beta"), body(5)).await).await > 5);
+    assert_eq!(engine.chat_requests().await, 3);
+    let metrics = gateway.metrics().await;
+    assert!(
+        metrics.contains(r#"rolter_rate_limited_total{key="alpha",limit="tpm"} 1"#),
         "{metrics}"
     );
 }

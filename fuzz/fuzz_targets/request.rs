@@ -14,25 +14,36 @@
 //!   embeddings `input` that is a string or a list of non-empty strings,
 //!   chat messages whose contents are strings), `prompt` is exactly that
 //!   text through `bound_prompt`;
-//! - `/v1/models` and unreadable bodies route on a digest of the raw body.
+//! - `/v1/models` and unreadable bodies route on a digest of the raw body;
+//! - a form body (the audio endpoints, boundary `fzb`): `model_span` holds
+//!   exactly `model`, and another model written there (as the proxy does)
+//!   reads back with nothing else changed.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rolter::openai::{parse_request, Endpoint, ParsedRequest, RequestError};
+use rolter::openai::{
+    parse_form_request, parse_request, Endpoint, ParsedRequest, RequestError, ROUTABLE_ENDPOINTS,
+};
 use rolter_balancer::{bound_prompt, RouteContext};
 use serde_json::Value;
 
-const ENDPOINTS: [Endpoint; 8] = [
-    Endpoint::ChatCompletions,
-    Endpoint::Completions,
-    Endpoint::Embeddings,
-    Endpoint::Models,
-    Endpoint::Responses,
-    Endpoint::Messages,
-    Endpoint::MessagesCountTokens,
-    Endpoint::ResponseById,
-];
+/// Every endpoint a request may be parsed for: the routable ones and the
+/// two the gateway reads without routing by body.
+fn endpoint(selector: u8) -> Endpoint {
+    let extra = [Endpoint::Models, Endpoint::ResponseById];
+    let count = ROUTABLE_ENDPOINTS.len() + extra.len();
+    let index = usize::from(selector) % count;
+    ROUTABLE_ENDPOINTS
+        .get(index)
+        .copied()
+        .unwrap_or(extra[index - ROUTABLE_ENDPOINTS.len()])
+}
+
+/// The boundary of the fuzzed form bodies.
+const BOUNDARY: &[u8] = b"fzb";
+/// What the proxy might write over a form's `model` value.
+const SPLICED_FORM_MODEL: &str = "fuzz/upstream-model";
 
 /// What the proxy might splice in: escaped on purpose, so the re-parse
 /// decodes it rather than copying it.
@@ -45,7 +56,14 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
         return;
     };
-    let endpoint = ENDPOINTS[usize::from(selector) % ENDPOINTS.len()];
+    let endpoint = endpoint(selector);
+    if endpoint.takes_form() {
+        match parse_form_request(body, BOUNDARY) {
+            Ok(parsed) => check_form(body, &parsed),
+            Err(error) => check_error(&error),
+        }
+        return;
+    }
     match parse_request(endpoint, body) {
         Ok(parsed) => {
             check_model_span(body, &parsed);
@@ -56,6 +74,23 @@ fuzz_target!(|data: &[u8]| {
         Err(error) => check_error(&error),
     }
 });
+
+fn check_form(body: &[u8], parsed: &ParsedRequest) {
+    let span = parsed.model_span.clone();
+    assert!(span.end <= body.len(), "model_span {span:?} outside the body");
+    assert_eq!(&body[span.clone()], parsed.model.as_bytes(), "model_span is not the model");
+    assert!(!parsed.model.is_empty(), "Ok with an empty model");
+    assert_eq!(parsed.prompt_digest, xxhash_rust::xxh3::xxh3_64(body));
+    let mut spliced = body[..span.start].to_vec();
+    spliced.extend_from_slice(SPLICED_FORM_MODEL.as_bytes());
+    spliced.extend_from_slice(&body[span.end..]);
+    let again = parse_form_request(&spliced, BOUNDARY).unwrap_or_else(|e| {
+        panic!("the form with its model rewritten no longer parses: {e}")
+    });
+    assert_eq!(again.model, SPLICED_FORM_MODEL);
+    assert_eq!(again.model_span.start, span.start, "the model moved");
+    assert_eq!(again.stream, parsed.stream, "rewriting the model changed `stream`");
+}
 
 fn check_model_span(body: &[u8], parsed: &ParsedRequest) {
     assert!(!parsed.model.is_empty(), "Ok with an empty model");

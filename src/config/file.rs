@@ -109,6 +109,20 @@ pub const DEFAULT_SATURATION_MAX_WAITING: u64 = 5;
 pub const MAX_SATURATION_MAX_WAITING: u64 = 1_000_000;
 /// Default for `saturation.max_kv_usage`: 0.8 (llm-d's saturation detector).
 pub const DEFAULT_SATURATION_MAX_KV_USAGE: f64 = 0.8;
+/// Default for `rate_limits.redis_timeout_ms`.
+pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
+/// Upper bound for `rate_limits.redis_timeout_ms`.
+pub const MAX_REDIS_TIMEOUT_MS: u64 = 5_000;
+/// Default for `rate_limits.redis_key_prefix`.
+pub const DEFAULT_REDIS_KEY_PREFIX: &str = "rolter:limits:";
+
+/// Default for `tracing.service_name`.
+pub const DEFAULT_TRACING_SERVICE_NAME: &str = "rolter";
+/// Default for `tracing.max_queued_spans`.
+pub const DEFAULT_TRACING_MAX_QUEUED_SPANS: u64 = 4096;
+/// Upper bound for `tracing.max_queued_spans`.
+pub const MAX_TRACING_MAX_QUEUED_SPANS: u64 = 1_000_000;
+
 /// Default for `flow_control.enabled`.
 pub const DEFAULT_FLOW_CONTROL_ENABLED: bool = false;
 /// Default for `flow_control.max_queued`, per route: 1000.
@@ -123,6 +137,9 @@ pub const MAX_FLOW_CONTROL_MAX_WAIT_SECS: u64 = 3_600;
 pub const DEFAULT_PRIORITY: i64 = 0;
 /// Bound of `api_keys.priority` either way.
 pub const MAX_PRIORITY: i64 = 1_000;
+/// Largest `api_keys.tpm`: a trillion tokens a minute, far past any fleet.
+pub const MAX_TPM: u64 = 1_000_000_000_000;
+
 /// Default for `api_keys.rpm`: 0, unlimited.
 pub const DEFAULT_RPM: u32 = 0;
 /// Default for `api_keys.max_concurrent`: 0, unlimited.
@@ -279,6 +296,14 @@ pub struct ConfigFile {
     /// of their route is saturated. Default: every field's default (off).
     #[serde(default)]
     pub flow_control: FlowControlTable,
+    /// `[rate_limits]`: where the API keys' `rpm`, `tpm` and
+    /// `max_concurrent` are counted. Default: in each node.
+    #[serde(default)]
+    pub rate_limits: RateLimitsTable,
+    /// `[tracing]`: spans of every request exported over OTLP. Default:
+    /// off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingTable>,
 
     /// `[control_plane]`: where a gateway polls, or a control node's
     /// database. Required with `server.role = "gateway"` or `"control"`,
@@ -552,6 +577,14 @@ pub struct RouteTable {
     /// default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
+    /// The API endpoints requests for this model may use, by name:
+    /// "chat/completions", "completions", "embeddings", "responses" (with
+    /// `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+    /// "score", "tokenize", "detokenize", "audio/transcriptions",
+    /// "audio/translations". A request on another endpoint gets a 404.
+    /// Default: every endpoint; each name at most once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Vec<String>>,
     /// Where requests for `model` go. Required, non-empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<TargetEntry>>,
@@ -633,6 +666,14 @@ pub struct ProviderGroupTable {
     /// default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
+    /// The API endpoints requests for this model may use, by name:
+    /// "chat/completions", "completions", "embeddings", "responses" (with
+    /// `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+    /// "score", "tokenize", "detokenize", "audio/transcriptions",
+    /// "audio/translations". A request on another endpoint gets a 404.
+    /// Default: every endpoint; each name at most once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Vec<String>>,
     /// The group's providers. Required, non-empty, each provider at most
     /// once.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -719,6 +760,11 @@ pub struct ApiKeyTable {
     /// Default: 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
+    /// Tokens (prompt and completion, from the engines' `usage`) this key
+    /// may use per minute on each node; checked before a request is
+    /// dispatched, charged when its answer ends; 0 = unlimited. Default: 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<u64>,
     /// Requests this key may have in flight at once on each node;
     /// 0 = unlimited. Default: 0.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -943,6 +989,50 @@ pub struct FlowControlTable {
     /// 3600.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_wait_secs: Option<u64>,
+}
+
+/// `[rate_limits]`: counters shared by every gateway node through Redis.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsTable {
+    /// "redis://[user:password@]host[:port][/db]" of the Redis that holds
+    /// the keys' counters for the whole fleet. At most one of `redis_url`
+    /// and `redis_url_env`. Default: none (each node counts alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    /// Environment variable holding `redis_url` (for a URL with a password).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url_env: Option<String>,
+    /// How long a request's admission waits for Redis before the node
+    /// falls back to its own counters, in milliseconds. Default: 50; 1 to
+    /// 5000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_timeout_ms: Option<u64>,
+    /// Prefix of every Redis key rolter writes; nodes that share limits
+    /// use the same one. Default: "rolter:limits:".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_key_prefix: Option<String>,
+}
+
+/// `[tracing]`: W3C trace context in and out, spans exported over OTLP.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TracingTable {
+    /// The collector's OTLP/HTTP traces URL, "http(s)://host[:port]/v1/traces"
+    /// (protobuf). Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces kept, 0 to 1; a trusted caller's own sampling
+    /// decision is followed. Default: 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling_ratio: Option<f64>,
+    /// `service.name` of the spans. Default: "rolter".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Spans waiting for export at most; past it a request's spans are
+    /// dropped and counted. Default: 4096; 1 to 1000000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_queued_spans: Option<u64>,
 }
 
 /// `[control_plane]`: for `role = "gateway"`, the control node to poll; for

@@ -12,7 +12,9 @@ use super::file::ConfigFile;
 use super::{Config, ConfigError, ConfigErrors};
 
 /// A gateway's configuration: its own file (`local`) for what is the
-/// node's (`[server]`, `[control_plane]`), the fleet document for
+/// node's (`[server]`, `[control_plane]`, and the infrastructure it
+/// reaches: `[rate_limits]`' Redis, with its password in the node's
+/// environment, and `[tracing]`'s collector), the fleet document for
 /// everything else, and the admin tokens of both, the fleet's first (so the
 /// fleet's tokens keep their indices in error messages).
 pub fn merge_fleet_document(local: &ConfigFile, fleet: &ConfigFile) -> ConfigFile {
@@ -36,10 +38,14 @@ pub fn merge_fleet_document(local: &ConfigFile, fleet: &ConfigFile) -> ConfigFil
         parking: _,
         saturation: _,
         flow_control: _,
+        rate_limits: _,
+        tracing: _,
     } = fleet;
     ConfigFile {
         server: local.server.clone(),
         control_plane: local.control_plane.clone(),
+        rate_limits: local.rate_limits.clone(),
+        tracing: local.tracing.clone(),
         admin_tokens: admin_tokens
             .iter()
             .chain(&local.admin_tokens)

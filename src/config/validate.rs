@@ -33,13 +33,16 @@ mod catalog;
 mod control_plane;
 mod edge;
 mod eligibility;
+mod endpoints;
 mod flow;
 mod groups;
 mod keys;
 mod providers;
+mod rate_limits;
 mod routes;
 mod telemetry;
 mod tokenizer;
+mod tracing;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -114,6 +117,8 @@ pub(super) fn validate(
     let parking = v.parking(file.parking);
     let saturation = v.saturation(file.saturation);
     let flow_control = v.flow_control(file.flow_control);
+    let rate_limits = v.rate_limits(file.rate_limits);
+    let tracing = file.tracing.and_then(|table| v.tracing(table));
     // A control node's providers may all be in its database: judged where
     // the file holds the whole fleet.
     let nothing_saturates = providers
@@ -161,6 +166,8 @@ pub(super) fn validate(
         parking,
         saturation,
         flow_control,
+        rate_limits,
+        tracing,
         control_plane,
         warnings: v.warnings,
     })

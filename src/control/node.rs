@@ -124,6 +124,9 @@ fn fleet_document(file: &ConfigFile, validated_file: &Config, database: &ConfigF
     ConfigFile {
         server: Default::default(),
         control_plane: None,
+        // Each gateway names its Redis in its own file.
+        rate_limits: Default::default(),
+        tracing: None,
         providers: chain(&file.providers, &database.providers),
         routes: chain(&file.routes, &database.routes),
         provider_groups: chain(&file.provider_groups, &database.provider_groups),

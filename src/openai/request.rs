@@ -25,8 +25,11 @@ use super::{Conversation, Endpoint};
 pub struct ParsedRequest {
     /// The public model asked for.
     pub model: String,
-    /// Byte range of `model`'s JSON string literal (quotes included) in the body.
+    /// Byte range of `model` in the body: its JSON string literal (quotes
+    /// included), or the value of a form's `model` part.
     pub model_span: Range<usize>,
+    /// How the upstream model is written over `model_span`.
+    pub model_literal: ModelLiteral,
     pub stream: bool,
     /// Conversation text, bounded to `RouteContext::MAX_PROMPT_BYTES`.
     pub prompt: String,
@@ -47,6 +50,15 @@ pub struct ParsedRequest {
     pub usage_splice: Option<Splice>,
 }
 
+/// How `model` is written in a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelLiteral {
+    /// A JSON string literal, quotes and escapes included.
+    Json,
+    /// The raw bytes of a `multipart/form-data` part.
+    FormValue,
+}
+
 /// Bytes to put in place of `range` of the body (an empty range inserts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Splice {
@@ -61,6 +73,7 @@ impl ParsedRequest {
         ParsedRequest {
             model: model.to_string(),
             model_span: 0..0,
+            model_literal: ModelLiteral::Json,
             stream: false,
             prompt: String::new(),
             prompt_len: 0,
@@ -109,6 +122,10 @@ pub enum RequestError {
     EmptyModel,
     #[error("the `x-rolter-token-ids` header must be comma-separated unsigned integers: {0}")]
     InvalidTokenIds(String),
+    #[error("the multipart/form-data body cannot be read: {0}")]
+    InvalidForm(#[from] super::form::FormError),
+    #[error("`model` must be UTF-8 text")]
+    ModelNotText,
     #[error("the `x-rolter-priority` header must be an integer (it may lower the key's priority, never raise it): got {0:?}")]
     InvalidPriority(String),
 }
@@ -119,7 +136,8 @@ impl RequestError {
         match self {
             RequestError::MissingModel
             | RequestError::ModelNotString
-            | RequestError::EmptyModel => Some("model"),
+            | RequestError::EmptyModel
+            | RequestError::ModelNotText => Some("model"),
             _ => None,
         }
     }
@@ -214,7 +232,16 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         Endpoint::Messages | Endpoint::MessagesCountTokens => {
             super::messages::read(envelope.system, envelope.messages, &mut conversation)
         }
-        Endpoint::Models | Endpoint::ResponseById => false,
+        // Routed by `model` alone: by least load, or by a digest of the
+        // whole body for the strategies that hash.
+        Endpoint::Models
+        | Endpoint::ResponseById
+        | Endpoint::Rerank
+        | Endpoint::Score
+        | Endpoint::Tokenize
+        | Endpoint::Detokenize
+        | Endpoint::AudioTranscriptions
+        | Endpoint::AudioTranslations => false,
     };
     let span = |raw: Option<&RawValue>| {
         raw.filter(|r| r.get() != "null")
@@ -262,6 +289,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     Ok(ParsedRequest {
         model: model.into_owned(),
         model_span,
+        model_literal: ModelLiteral::Json,
         stream,
         usage_splice,
         prompt: if readable { prompt } else { String::new() },
@@ -276,6 +304,35 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
                 .map(Cow::into_owned),
             _ => None,
         },
+    })
+}
+
+/// Reads a `multipart/form-data` body (the audio endpoints) delimited by
+/// `boundary`: its `model` part, in place, and `stream`. Routed by `model`
+/// alone; strategies that hash read a digest of the whole body.
+pub fn parse_form_request(body: &[u8], boundary: &[u8]) -> Result<ParsedRequest, RequestError> {
+    if body.is_empty() {
+        return Err(RequestError::Empty);
+    }
+    let fields = super::form::read_form(body, boundary)?;
+    let model_span = fields.model.ok_or(RequestError::MissingModel)?;
+    let model =
+        std::str::from_utf8(&body[model_span.clone()]).map_err(|_| RequestError::ModelNotText)?;
+    if model.is_empty() {
+        return Err(RequestError::EmptyModel);
+    }
+    Ok(ParsedRequest {
+        model: model.to_string(),
+        model_span,
+        model_literal: ModelLiteral::FormValue,
+        stream: fields.stream,
+        usage_splice: None,
+        prompt: String::new(),
+        prompt_len: 0,
+        prompt_digest: xxhash_rust::xxh3::xxh3_64(body),
+        token_ids: None,
+        text_spans: None,
+        previous_response_id: None,
     })
 }
 

@@ -128,6 +128,7 @@ fn named_key(ctx: &RequestCtx) -> Option<String> {
         GatewayError::ModelNotAllowed { key, .. }
         | GatewayError::NoAllowedProvider { key, .. }
         | GatewayError::RateLimited { key, .. }
+        | GatewayError::TokenRateLimited { key, .. }
         | GatewayError::ConcurrencyLimited { key, .. } => Some(key.clone()),
         _ => None,
     }

@@ -4,11 +4,13 @@
 //! 1. The header: its size (`server.max_request_header_bytes`, 431), the
 //!    endpoint and method (404, 405).
 //! 2. The caller: its key (401), then its rate limits (429), before any
-//!    body byte is read.
+//!    body byte is read: in Redis when the fleet shares them
+//!    (`rate_limit/shared.rs`, one round trip), else on this node.
 //! 3. The body: media type (415), size and pace (413, 408), JSON (400).
 //! 4. The address: what `model` names, checked against the key before any
-//!    state is built for it (404, 403); then its route, and the request's
-//!    routing token ids from the route's tokenizer (`tokenization.rs`).
+//!    state is built for it (404, 403); then its route and whether the route
+//!    serves the endpoint (404), and the request's routing token ids from
+//!    the route's tokenizer (`tokenization.rs`).
 
 use std::sync::Arc;
 
@@ -22,12 +24,14 @@ use super::body;
 use super::ctx::{Admitted, RequestCtx};
 use super::SESSION_HEADER;
 use crate::auth::{bearer_token, Caller};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, LimitScope};
+use crate::learned::Learned;
 use crate::metrics::Metrics;
 use crate::openai::{
-    parse_request, parse_token_ids, response_id, Endpoint, ParsedRequest, RequestError,
-    TOKEN_IDS_HEADER,
+    parse_form_request, parse_request, parse_token_ids, response_id, Endpoint, ParsedRequest,
+    RequestError, TOKEN_IDS_HEADER,
 };
+use crate::rate_limit::{ConcurrencySlot, KeyLimits, Limited, SharedAdmission, SharedStore};
 use crate::response_homes::ResponseHomes;
 use crate::snapshot::{Refusal, Snapshot};
 use crate::tokenization::fill_token_ids;
@@ -47,8 +51,9 @@ pub async fn admit(
     session: &mut Session,
     ctx: &mut RequestCtx,
     metrics: &Metrics,
-    homes: &ResponseHomes,
+    learned: &Learned,
 ) -> Result<Next, GatewayError> {
+    let homes = &*learned.response_homes;
     let snapshot = Arc::clone(&ctx.snapshot);
     let endpoint = check_header(session.req_header(), &snapshot)?;
     let caller = authenticate(session.req_header(), &snapshot)?;
@@ -59,11 +64,11 @@ pub async fn admit(
     }
     // Before the body is read: a limited caller costs no body read.
     if let Some(limits) = caller.limits() {
-        match limits.admit(crate::clock::now_ms()) {
+        match key_limits(limits, &caller.name, &learned.rate_limits.shared, metrics).await {
             Ok(slot) => ctx.key_slot = Some(slot),
-            Err(limited) => {
+            Err((limited, scope)) => {
                 metrics.record_rate_limited(&caller.name, limited.label());
-                return Err(GatewayError::limited(&caller.name, limited));
+                return Err(GatewayError::limited(&caller.name, limited, scope));
             }
         }
     }
@@ -75,9 +80,12 @@ pub async fn admit(
         Some(value) => Some(parse_token_ids(value.as_bytes())?),
         None => None,
     };
-    body::check_content_type(session)?;
+    let boundary = body::check_content_type(session, endpoint)?;
     let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
-    let mut request = parse_request(endpoint, &body)?;
+    let mut request = match boundary {
+        Some(boundary) => parse_form_request(&body, &boundary)?,
+        None => parse_request(endpoint, &body)?,
+    };
     // Caller-supplied token ids: the header wins over an integer prompt.
     if header_token_ids.is_some() {
         request.token_ids = header_token_ids.map(Arc::from);
@@ -97,6 +105,12 @@ pub async fn admit(
         });
     }
     let route = snapshot.route(&address, crate::clock::now_ms());
+    if !route.endpoints.allows(endpoint) {
+        return Err(GatewayError::EndpointClosed {
+            model: request.model,
+            endpoint: endpoint.as_str(),
+        });
+    }
     // A continuation goes where the response it continues is stored.
     let preferred = request
         .previous_response_id
@@ -126,9 +140,31 @@ pub async fn admit(
         preferred,
         response_id: None,
         learns_response: endpoint == Endpoint::Responses,
-        reads_usage: endpoint != Endpoint::MessagesCountTokens,
+        reads_usage: endpoint.reports_usage(),
     });
     Ok(Next::Route)
+}
+
+/// Step 2's limits: in Redis while the fleet shares them there (one round
+/// trip), else, or when Redis does not answer, on this node's counters.
+async fn key_limits(
+    limits: &KeyLimits,
+    key: &str,
+    shared: &Arc<SharedStore>,
+    metrics: &Metrics,
+) -> Result<ConcurrencySlot, (Limited, LimitScope)> {
+    if shared.in_use() {
+        match shared.admit(key, limits.quota(), metrics).await {
+            SharedAdmission::Admitted(remote) => {
+                return Ok(limits.count_admitted(crate::clock::now_ms(), remote))
+            }
+            SharedAdmission::Refused(limited) => return Err((limited, LimitScope::Fleet)),
+            SharedAdmission::Local => {}
+        }
+    }
+    limits
+        .admit(crate::clock::now_ms())
+        .map_err(|limited| (limited, LimitScope::Node))
 }
 
 /// `/v1/responses/{id}` and its sub-resources: to the engine that answered

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
-use crate::openai::Splice;
+use crate::openai::{form_boundary, Endpoint, Splice};
 
 /// Longest wait for the next piece of a request body.
 pub const CLIENT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -20,10 +20,27 @@ pub const CLIENT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// client that trickles its body (slowloris) is cut off here.
 pub const CLIENT_BODY_DEADLINE: Duration = Duration::from_secs(120);
 
-/// Checks the request's `Content-Type`: JSON, or none at all.
-pub fn check_content_type(session: &Session) -> Result<(), GatewayError> {
-    let Some(value) = session.req_header().headers.get(http::header::CONTENT_TYPE) else {
-        return Ok(());
+/// Checks the request's `Content-Type` against what `endpoint` reads: JSON
+/// (or no type at all), or `multipart/form-data` with a boundary, which is
+/// returned.
+pub fn check_content_type(
+    session: &Session,
+    endpoint: Endpoint,
+) -> Result<Option<Box<[u8]>>, GatewayError> {
+    let value = session.req_header().headers.get(http::header::CONTENT_TYPE);
+    if endpoint.takes_form() {
+        return match value.and_then(|v| form_boundary(v.as_bytes())) {
+            Some(boundary) => Ok(Some(boundary.into())),
+            None => Err(GatewayError::UnsupportedMediaType {
+                content_type: value.map_or_else(String::new, |v| {
+                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                }),
+                expected: "multipart/form-data with a boundary",
+            }),
+        };
+    }
+    let Some(value) = value else {
+        return Ok(None);
     };
     let media_type = value
         .to_str()
@@ -34,10 +51,11 @@ pub fn check_content_type(session: &Session) -> Result<(), GatewayError> {
         .trim()
         .to_ascii_lowercase();
     if media_type == "application/json" || media_type.ends_with("+json") {
-        Ok(())
+        Ok(None)
     } else {
         Err(GatewayError::UnsupportedMediaType {
             content_type: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            expected: "application/json",
         })
     }
 }

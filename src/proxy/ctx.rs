@@ -62,6 +62,8 @@ pub struct RequestCtx {
     pub error: Option<GatewayError>,
     /// The last failed attempt, for the final error message.
     pub last_failure: Option<String>,
+    /// The request's trace while `[tracing]` is on.
+    pub trace: Option<crate::traces::RequestTrace>,
 }
 
 /// A request `request_filter` let through: what it asked for and where it
@@ -156,6 +158,7 @@ impl RequestCtx {
             send_timed_out: false,
             error: None,
             last_failure: None,
+            trace: None,
         }
     }
 

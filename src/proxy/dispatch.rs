@@ -13,6 +13,7 @@ use super::ctx::{Attempt, RequestCtx};
 use super::eligibility::{self, Remaining};
 use super::{body, error_with, not_admitted, select};
 use crate::error::GatewayError;
+use crate::openai::ModelLiteral;
 use crate::state::GatewayState;
 use crate::tracker::BreakerTicket;
 
@@ -95,7 +96,12 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
         if health_panic {
             state.metrics.record_health_panic(&route.metrics.label);
         }
-        let rewrite = (target.id.model != admitted.request.model).then_some(&target.model_json[..]);
+        let rewrite = (target.id.model != admitted.request.model).then(|| {
+            match admitted.request.model_literal {
+                ModelLiteral::Json => &target.model_json[..],
+                ModelLiteral::FormValue => target.id.model.as_bytes(),
+            }
+        });
         let body = body::attempt_body(
             &admitted.body,
             &admitted.request.model_span,

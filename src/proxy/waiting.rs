@@ -71,7 +71,10 @@ pub async fn dispatch_in_turn(
     }
 }
 
-fn record(state: &GatewayState, ctx: &RequestCtx, outcome: Outcome, waited: Instant) {
+fn record(state: &GatewayState, ctx: &mut RequestCtx, outcome: Outcome, waited: Instant) {
+    if let Some(trace) = ctx.trace.as_mut() {
+        trace.queue_wait(waited, Instant::now(), outcome.label());
+    }
     let route = ctx.route().map_or("-", |r| r.metrics.label.as_str());
     state
         .metrics

@@ -134,6 +134,8 @@ pub struct Route {
     pub kept: bool,
     /// The model directory its requests are tokenized with for routing.
     pub tokenizer: Option<crate::tokenization::RouteTokens>,
+    /// The endpoints its requests may use (every one for a pinned provider).
+    pub endpoints: crate::openai::EndpointSet,
     /// Where its requests wait under flow control; shared by the routes
     /// of one group or pinned provider, and across reloads.
     pub queue: Arc<crate::flow_control::RouteQueue>,

@@ -324,6 +324,22 @@ fn default_literals() -> BTreeMap<&'static str, String> {
             "DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS",
             DEFAULT_FLOW_CONTROL_MAX_WAIT_SECS.to_string(),
         ),
+        (
+            "DEFAULT_TRACING_SERVICE_NAME",
+            format!("{DEFAULT_TRACING_SERVICE_NAME:?}"),
+        ),
+        (
+            "DEFAULT_TRACING_MAX_QUEUED_SPANS",
+            DEFAULT_TRACING_MAX_QUEUED_SPANS.to_string(),
+        ),
+        (
+            "DEFAULT_REDIS_TIMEOUT_MS",
+            DEFAULT_REDIS_TIMEOUT_MS.to_string(),
+        ),
+        (
+            "DEFAULT_REDIS_KEY_PREFIX",
+            format!("{DEFAULT_REDIS_KEY_PREFIX:?}"),
+        ),
         ("DEFAULT_PRIORITY", DEFAULT_PRIORITY.to_string()),
         ("DEFAULT_RPM", DEFAULT_RPM.to_string()),
         ("DEFAULT_MAX_CONCURRENT", DEFAULT_MAX_CONCURRENT.to_string()),

@@ -83,6 +83,32 @@ pub fn sum_series(metrics: &str, series: &str, label: &str) -> u64 {
         .sum()
 }
 
+/// Runs `tests/python/<script> BASE_URL KEY MODEL` (an official SDK's
+/// client) against `base_url` and checks it printed `ok:`; `package` names
+/// the SDK, so a machine without it is told to run `make deps`.
+pub async fn sdk_script(script: &str, package: &str, base_url: String, key: &str, model: &str) {
+    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let args = [script, base_url, key.to_owned(), model.to_owned()];
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .args(&args)
+            .output()
+            .expect("python3 must be installed")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains(&format!("No module named '{package}'")),
+        "the {package} package is missing: run `make deps`"
+    );
+    assert!(
+        output.status.success() && stdout.starts_with("ok:"),
+        "{package} client failed:\n{stdout}\n{stderr}"
+    );
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))

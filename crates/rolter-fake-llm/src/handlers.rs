@@ -23,6 +23,7 @@ use super::control::{KvControl, Mode};
 use super::error::{not_routed, ApiError};
 use super::kv::Prefill;
 use super::model::{embedding, generated_text};
+use super::pooling;
 use super::request::{
     count_message_tokens, parse_embedding, parse_generation, parse_tokenize, GenerationKind,
     GenerationRequest,
@@ -192,6 +193,22 @@ async fn engine_request(
         (Endpoint::Health, &Method::GET) => StatusCode::OK.into_response(),
         (Endpoint::Metrics, &Method::GET) => metrics(engine),
         (Endpoint::Tokenize, &Method::POST) => tokenize(engine, body),
+        (Endpoint::Rerank, &Method::POST) => pooled(
+            engine,
+            pooling::rerank(body, engine.response_id("rerank")),
+            received,
+        ),
+        (Endpoint::Score, &Method::POST) => pooled(
+            engine,
+            pooling::score(body, engine.response_id("score"), unix_seconds()),
+            received,
+        ),
+        (Endpoint::Detokenize, &Method::POST) => {
+            pooled(engine, pooling::detokenize(body), received)
+        }
+        (Endpoint::AudioTranscriptions | Endpoint::AudioTranslations, &Method::POST) => {
+            audio(engine, body, &mode, received).await
+        }
         (Endpoint::Other, _) => not_routed(StatusCode::NOT_FOUND),
         _ => not_routed(StatusCode::METHOD_NOT_ALLOWED),
     };
@@ -448,6 +465,45 @@ fn tokenize(engine: &Engine, body: &[u8]) -> Response {
         "token_strs": null,
     }))
     .into_response()
+}
+
+/// A rerank, score or detokenize answer, once its model is checked; a JSON
+/// object answer carries the `fake` echo.
+fn pooled(
+    engine: &Engine,
+    answer: Result<pooling::Pooled, ApiError>,
+    received: &Received,
+) -> Response {
+    let pooled = match answer {
+        Ok(pooled) => pooled,
+        Err(error) => return error.into_response(),
+    };
+    if let Err(error) = engine.check_model(&pooled.model) {
+        return error.into_response();
+    }
+    let mut answer = pooled.answer;
+    if let Value::Object(map) = &mut answer {
+        map.insert("fake".into(), received.echo(engine, &pooled.model));
+    }
+    Json(answer).into_response()
+}
+
+/// `/v1/audio/transcriptions` and `/translations`: the form read, the
+/// model checked, the transcript after the time to first token.
+async fn audio(engine: &Engine, body: &Bytes, mode: &Mode, received: &Received) -> Response {
+    let content_type = received.headers.get("content-type").and_then(Value::as_str);
+    let request = match pooling::audio_form(content_type, body.clone()).await {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    if let Err(error) = engine.check_model(&request.model) {
+        return error.into_response();
+    }
+    if mode.ttft_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(mode.ttft_ms)).await;
+    }
+    let echo = received.echo(engine, &request.model);
+    pooling::transcription(&request, engine.response_id("trsc"), unix_seconds(), echo)
 }
 
 /// `/v1/models` in vLLM's shape.

@@ -55,6 +55,7 @@ mod kv;
 mod listener;
 mod model;
 mod model_tokenizer;
+mod pooling;
 mod request;
 mod scheduler;
 mod stats;

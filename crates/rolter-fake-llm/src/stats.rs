@@ -36,12 +36,22 @@ pub(crate) enum Endpoint {
     Responses,
     /// `/v1/responses/{id}` (get, delete).
     ResponseById,
+    /// `/v1/rerank` (also `/rerank`, `/v2/rerank`).
+    Rerank,
+    /// `/v1/score` (also `/score`).
+    Score,
+    /// vLLM's `/detokenize`.
+    Detokenize,
+    /// `/v1/audio/transcriptions`.
+    AudioTranscriptions,
+    /// `/v1/audio/translations`.
+    AudioTranslations,
     /// Anything vLLM would answer with a 404.
     Other,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 12] = [
+    const ALL: [Endpoint; 17] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -53,6 +63,11 @@ impl Endpoint {
         Endpoint::MessagesCountTokens,
         Endpoint::Responses,
         Endpoint::ResponseById,
+        Endpoint::Rerank,
+        Endpoint::Score,
+        Endpoint::Detokenize,
+        Endpoint::AudioTranscriptions,
+        Endpoint::AudioTranslations,
         Endpoint::Other,
     ];
 
@@ -68,6 +83,11 @@ impl Endpoint {
             "/v1/messages" => Endpoint::Messages,
             "/v1/messages/count_tokens" => Endpoint::MessagesCountTokens,
             "/v1/responses" => Endpoint::Responses,
+            "/v1/rerank" | "/rerank" | "/v2/rerank" => Endpoint::Rerank,
+            "/v1/score" | "/score" => Endpoint::Score,
+            "/detokenize" => Endpoint::Detokenize,
+            "/v1/audio/transcriptions" => Endpoint::AudioTranscriptions,
+            "/v1/audio/translations" => Endpoint::AudioTranslations,
             _ if path
                 .strip_prefix("/v1/responses/")
                 .is_some_and(|id| !id.is_empty()) =>
@@ -92,6 +112,11 @@ impl Endpoint {
             Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
             Endpoint::Responses => "/v1/responses",
             Endpoint::ResponseById => "/v1/responses/{id}",
+            Endpoint::Rerank => "/v1/rerank",
+            Endpoint::Score => "/v1/score",
+            Endpoint::Detokenize => "/detokenize",
+            Endpoint::AudioTranscriptions => "/v1/audio/transcriptions",
+            Endpoint::AudioTranslations => "/v1/audio/translations",
             Endpoint::Other => "other",
         }
     }
@@ -105,6 +130,10 @@ impl Endpoint {
                 | Endpoint::Embeddings
                 | Endpoint::Messages
                 | Endpoint::Responses
+                | Endpoint::Rerank
+                | Endpoint::Score
+                | Endpoint::AudioTranscriptions
+                | Endpoint::AudioTranslations
         )
     }
 }

@@ -162,6 +162,7 @@ pub fn document(config: &Config) -> ConfigFile {
                 tokenizer: r.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
                 tokenizer_budget_kib: r.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
                 cache_guard: guard_table(r.cache_guard),
+                endpoints: endpoint_names(r.endpoints),
                 targets: Some(
                     r.targets
                         .iter()
@@ -184,6 +185,7 @@ pub fn document(config: &Config) -> ConfigFile {
                 tokenizer: g.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
                 tokenizer_budget_kib: g.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
                 cache_guard: guard_table(g.cache_guard),
+                endpoints: endpoint_names(g.endpoints),
                 members: Some(
                     g.members
                         .iter()
@@ -217,6 +219,11 @@ fn guard_table(guard: crate::config::CacheGuard) -> Option<crate::config::file::
             .load_ratio_milli
             .map(|milli| f64::from(milli) / 1000.0),
     })
+}
+
+/// An allow list as written, or nothing for every endpoint.
+fn endpoint_names(set: crate::openai::EndpointSet) -> Option<Vec<String>> {
+    (set != crate::openai::EndpointSet::ALL).then(|| set.names())
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ fn file_rows() -> ConfigFile {
             tokenizer: None,
             tokenizer_budget_kib: None,
             cache_guard: None,
+            endpoints: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("file-gpu".to_owned()),
                 model: None,
@@ -493,6 +494,7 @@ async fn a_change_that_would_not_validate_answers_the_validators_messages() {
             tokenizer: None,
             tokenizer_budget_kib: None,
             cache_guard: None,
+            endpoints: None,
             strategy: None,
             targets: Some(vec![TargetEntry {
                 provider: Some("gpu-z".to_owned()),

@@ -143,6 +143,7 @@ fn contract_example_without_unimplemented_parts_validates() {
             name: "Edge fleet".into(),
             tokenizer: None,
             cache_guard: Default::default(),
+            endpoints: Default::default(),
             slug: "edge-fleet".into(),
             strategy: StrategyKind::Weighted,
             members: vec![

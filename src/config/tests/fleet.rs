@@ -133,6 +133,7 @@ fn unset_fields_and_empty_lists_are_left_out() {
             "parking": {},
             "saturation": {},
             "flow_control": {},
+            "rate_limits": {},
         })
     );
     let document: file::ConfigFile = toml::from_str(

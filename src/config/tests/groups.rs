@@ -20,6 +20,7 @@ fn group_slug_is_derived_from_the_name_and_members_default_to_passthrough() {
             name: "Edge fleet".into(),
             tokenizer: None,
             cache_guard: Default::default(),
+            endpoints: Default::default(),
             slug: "edge-fleet".into(),
             strategy: StrategyKind::RoundRobin,
             members: vec![

@@ -122,21 +122,29 @@ fn api_key_limits_default_to_unlimited() {
     let zeros = "0".repeat(64);
     let ones = "1".repeat(64);
     let text = format!(
-        "[[api_keys]]\nname = \"open\"\nkey_sha256 = \"{zeros}\"\n\n[[api_keys]]\nname = \"capped\"\nkey_sha256 = \"{ones}\"\nrpm = 600\nmax_concurrent = 4294967295\n"
+        "[[api_keys]]\nname = \"open\"\nkey_sha256 = \"{zeros}\"\n\n[[api_keys]]\nname = \"capped\"\nkey_sha256 = \"{ones}\"\nrpm = 600\ntpm = 250000\nmax_concurrent = 4294967295\n"
     );
     let keys = ok(&text).api_keys;
-    assert_eq!((keys[0].rpm, keys[0].max_concurrent), (0, 0));
-    assert_eq!((keys[1].rpm, keys[1].max_concurrent), (600, u32::MAX));
+    assert_eq!(
+        (keys[0].rpm, keys[0].tpm, keys[0].max_concurrent),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (keys[1].rpm, keys[1].tpm, keys[1].max_concurrent),
+        (600, 250_000, u32::MAX)
+    );
     assert!(format!("{:?}", keys[1]).contains("rpm: 600"));
 }
 
 #[test]
-fn api_key_limits_are_u32() {
+fn api_key_limits_are_bounded_integers() {
     let zeros = "0".repeat(64);
     for (limit, bad) in [
         ("rpm", "-1"),
         ("max_concurrent", "4294967296"),
         ("rpm", "1.5"),
+        ("tpm", "-5"),
+        ("tpm", "1000000000001"),
     ] {
         let text =
             format!("[[api_keys]]\nname = \"k\"\nkey_sha256 = \"{zeros}\"\n{limit} = {bad}\n");
@@ -375,5 +383,95 @@ fn api_key_priority_defaults_to_zero_and_is_bounded_both_ways() {
             "{}",
             error.message
         );
+    }
+}
+
+#[test]
+fn rate_limits_share_counters_through_a_redis_url() {
+    assert_eq!(ok("").rate_limits.redis, None);
+    let config =
+        ok("[rate_limits]\nredis_url = \"redis://127.0.0.1:6379/2\"\nredis_timeout_ms = 20\n");
+    let redis = config.rate_limits.redis.unwrap();
+    assert_eq!(redis.url, "redis://127.0.0.1:6379/2");
+    assert_eq!(redis.timeout, std::time::Duration::from_millis(20));
+    assert_eq!(redis.key_prefix, "rolter:limits:");
+
+    let text = "[rate_limits]\nredis_url_env = \"LIMITS_REDIS\"\n";
+    let config = parse(
+        FILE,
+        text,
+        &env_of(&[("LIMITS_REDIS", "redis://:pw@10.0.0.9:6380")]),
+    )
+    .unwrap();
+    let redis = config.rate_limits.redis.as_ref().unwrap();
+    assert_eq!(redis.url, "redis://:pw@10.0.0.9:6380");
+    assert!(
+        !format!("{config:?}").contains("pw@"),
+        "the password is never printed"
+    );
+
+    for (text, at, needle) in [
+        (
+            "redis_url = \"http://127.0.0.1:6379\"",
+            "rate_limits.redis_url",
+            "redis://",
+        ),
+        (
+            "redis_url = \"rediss://cache:6380\"",
+            "rate_limits.redis_url",
+            "TLS",
+        ),
+        (
+            "redis_url = \"redis://h:1\"\nredis_url_env = \"X\"",
+            "rate_limits.redis_url_env",
+            "not both",
+        ),
+        (
+            "redis_url = \"redis://h:1\"\nredis_timeout_ms = 0",
+            "rate_limits.redis_timeout_ms",
+            "milliseconds",
+        ),
+        (
+            "redis_url = \"redis://h:1\"\nredis_key_prefix = \"a b\"",
+            "rate_limits.redis_key_prefix",
+            "spaces",
+        ),
+    ] {
+        let error = only_error(&format!("[rate_limits]\n{text}\n"));
+        assert_eq!(field(&error), at, "{text}");
+        assert!(error.message.contains(needle), "{text}: {}", error.message);
+    }
+    let warning = only_warning("[rate_limits]\nredis_timeout_ms = 10\n");
+    assert_eq!(field(&warning), "rate_limits.redis_timeout_ms");
+}
+
+#[test]
+fn tracing_needs_an_http_endpoint_and_a_ratio_between_0_and_1() {
+    assert_eq!(ok("").tracing, None);
+    let config =
+        ok("[tracing]\notlp_endpoint = \"http://otel:4318/v1/traces\"\nsampling_ratio = 0.25\n");
+    let tracing = config.tracing.unwrap();
+    assert_eq!(tracing.otlp_endpoint, "http://otel:4318/v1/traces");
+    assert_eq!(tracing.sampling_ratio(), 0.25);
+    assert_eq!(tracing.service_name, "rolter");
+    assert_eq!(tracing.max_queued_spans, 4096);
+    for (text, at) in [
+        ("sampling_ratio = 1.0", "tracing.otlp_endpoint"),
+        ("otlp_endpoint = \"otel:4318\"", "tracing.otlp_endpoint"),
+        (
+            "otlp_endpoint = \"http://o/v1/traces\"\nsampling_ratio = 1.5",
+            "tracing.sampling_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://o/v1/traces\"\nmax_queued_spans = 0",
+            "tracing.max_queued_spans",
+        ),
+        (
+            "otlp_endpoint = \"http://o/v1/traces\"\nservice_name = \" \"",
+            "tracing.service_name",
+        ),
+    ] {
+        let error = only_error(&format!("[tracing]\n{text}\n"));
+        assert_eq!(field(&error), at, "{text}");
     }
 }

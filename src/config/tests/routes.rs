@@ -214,3 +214,36 @@ fn warnings_come_in_file_order_and_never_fail_validation() {
         ]
     );
 }
+
+#[test]
+fn endpoints_is_an_allow_list_of_known_names() {
+    use crate::openai::{Endpoint, EndpointSet};
+    let route = |rest: &str| {
+        with_providers(&format!(
+            "[[routes]]\nmodel = \"m\"\ntargets = [{{ provider = \"gpu-a\" }}]\n{rest}"
+        ))
+    };
+    assert_eq!(ok(&route("")).routes[0].endpoints, EndpointSet::ALL);
+    let open = ok(&route(
+        "endpoints = [\"rerank\", \"audio/transcriptions\"]\n",
+    ))
+    .routes[0]
+        .endpoints;
+    assert!(open.allows(Endpoint::Rerank) && open.allows(Endpoint::AudioTranscriptions));
+    assert!(!open.allows(Endpoint::ChatCompletions));
+
+    let text = route("endpoints = [\"chat/completions\", \"chat\", \"chat/completions\"]\n");
+    let errors = errors(&text);
+    assert_eq!(
+        fields(&errors),
+        [
+            ("routes[0].endpoints[1]", "unknown endpoint \"chat\" (known: chat/completions, completions, embeddings, responses, messages, messages/count_tokens, rerank, score, tokenize, detokenize, audio/transcriptions, audio/translations)"),
+            ("routes[0].endpoints[2]", "\"chat/completions\" is listed twice"),
+        ]
+    );
+    assert_eq!(errors[0].line, line(&text, "endpoints ="));
+    assert_eq!(
+        field(&only_error(&route("endpoints = []\n"))),
+        "routes[0].endpoints"
+    );
+}

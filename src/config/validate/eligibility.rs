@@ -22,6 +22,7 @@ use super::Validator;
 #[derive(Clone, Copy)]
 pub(super) enum Unit {
     Seconds,
+    Milliseconds,
     Count,
 }
 
@@ -175,6 +176,7 @@ impl Validator<'_> {
             Unit::Seconds => format!(
                 "must be between 1 and {max} seconds (got {value}); the unit is seconds, not milliseconds"
             ),
+            Unit::Milliseconds => format!("must be between 1 and {max} milliseconds (got {value})"),
         };
         self.error(field, message);
         None

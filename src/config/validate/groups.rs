@@ -66,6 +66,7 @@ impl Validator<'_> {
             let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
             let tokenizer = self.tokenizer(&here, table.tokenizer, table.tokenizer_budget_kib);
             let cache_guard = self.cache_guard(&here, table.cache_guard, strategy);
+            let endpoints = self.endpoints(&here, table.endpoints);
 
             let mut members: Vec<GroupMember> = Vec::new();
             // Indices into the written list, for the duplicate message.
@@ -99,6 +100,7 @@ impl Validator<'_> {
                         members,
                         tokenizer,
                         cache_guard,
+                        endpoints,
                     })
                 }
                 _ => None,

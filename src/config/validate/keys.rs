@@ -296,6 +296,14 @@ impl Validator<'_> {
                 }
             }
 
+            let tpm = table.tpm.unwrap_or(0);
+            if tpm > file::MAX_TPM {
+                self.error(
+                    format!("{here}.tpm"),
+                    format!("must be at most {} (got {tpm})", file::MAX_TPM),
+                );
+            }
+
             let priority = table.priority.unwrap_or(file::DEFAULT_PRIORITY);
             if !(-file::MAX_PRIORITY..=file::MAX_PRIORITY).contains(&priority) {
                 self.error(
@@ -315,6 +323,7 @@ impl Validator<'_> {
                         models: table.models,
                         providers: allowed_providers,
                         rpm: table.rpm.unwrap_or(file::DEFAULT_RPM),
+                        tpm,
                         max_concurrent: table
                             .max_concurrent
                             .unwrap_or(file::DEFAULT_MAX_CONCURRENT),

@@ -69,6 +69,7 @@ impl Validator<'_> {
             );
             let cache_guard =
                 self.cache_guard(&format!("routes[{i}]"), table.cache_guard, strategy);
+            let endpoints = self.endpoints(&format!("routes[{i}]"), table.endpoints);
 
             let mut targets: Vec<RouteTarget> = Vec::new();
             let written = self.non_empty(&at("targets"), table.targets, "target");
@@ -103,6 +104,7 @@ impl Validator<'_> {
                         targets,
                         tokenizer,
                         cache_guard,
+                        endpoints,
                     });
                 }
             }

@@ -86,6 +86,9 @@ pub struct ApiKeyView {
     /// Requests per minute on each node; 0 = unlimited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
+    /// Tokens per minute on each node; 0 = unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<u64>,
     /// Requests in flight at once on each node; 0 = unlimited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
@@ -126,6 +129,7 @@ impl Resource for ApiKeys {
         "rpm",
         "max_concurrent",
         "priority",
+        "tpm",
     ];
 
     fn key_field(row: &ApiKeyTable) -> &Option<String> {
@@ -152,6 +156,7 @@ impl Resource for ApiKeys {
             models: row.models.clone(),
             providers: row.providers.clone(),
             rpm: row.rpm,
+            tpm: row.tpm,
             max_concurrent: row.max_concurrent,
             priority: row.priority,
         };
@@ -176,7 +181,9 @@ impl Resource for ApiKeys {
             .bind(&row.providers)
             .bind(row.rpm.map(i64::from))
             .bind(row.max_concurrent.map(i64::from))
-            .bind(row.priority))
+            .bind(row.priority)
+            // Validation keeps tpm within MAX_TPM, far inside a BIGINT.
+            .bind(row.tpm.map(|tpm| i64::try_from(tpm).unwrap_or(i64::MAX))))
     }
 }
 
@@ -210,6 +217,12 @@ fn api_key(row: &PgRow) -> Result<ApiKeyTable, StoreError> {
             &name,
             "max_concurrent",
             column(row, "max_concurrent", table)?,
+        )?,
+        tpm: from_bigint(
+            ResourceKind::ApiKey,
+            &name,
+            "tpm",
+            column(row, "tpm", table)?,
         )?,
         priority: column(row, "priority", table)?,
         name: Some(name),

@@ -244,6 +244,7 @@ impl Resource for Routes {
         "tokenizer_budget_kib",
         "cache_guard_min_load",
         "cache_guard_load_ratio",
+        "endpoints",
     ];
 
     fn key_field(row: &RouteTable) -> &Option<String> {
@@ -274,6 +275,7 @@ impl Resource for Routes {
                 column(row, "tokenizer_budget_kib", "routes")?,
             )?,
             cache_guard: guard_of(row, ResourceKind::Route, &model, "routes")?,
+            endpoints: column(row, "endpoints", "routes")?,
             model: Some(model),
             targets: None,
         })
@@ -289,7 +291,8 @@ impl Resource for Routes {
             .bind(&row.tokenizer)
             .bind(row.tokenizer_budget_kib.map(i64::from))
             .bind(guard_min_load(&row.cache_guard))
-            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio)))
+            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio))
+            .bind(&row.endpoints))
     }
 
     async fn read_children(
@@ -328,6 +331,7 @@ impl Resource for ProviderGroups {
         "tokenizer_budget_kib",
         "cache_guard_min_load",
         "cache_guard_load_ratio",
+        "endpoints",
     ];
 
     fn key_field(row: &ProviderGroupTable) -> &Option<String> {
@@ -365,6 +369,7 @@ impl Resource for ProviderGroups {
                 column(row, "tokenizer_budget_kib", "provider_groups")?,
             )?,
             cache_guard: guard_of(row, ResourceKind::ProviderGroup, &slug, "provider_groups")?,
+            endpoints: column(row, "endpoints", "provider_groups")?,
             slug: Some(slug),
             members: None,
         })
@@ -382,7 +387,8 @@ impl Resource for ProviderGroups {
             .bind(&row.tokenizer)
             .bind(row.tokenizer_budget_kib.map(i64::from))
             .bind(guard_min_load(&row.cache_guard))
-            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio)))
+            .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio))
+            .bind(&row.endpoints))
     }
 
     async fn read_children(

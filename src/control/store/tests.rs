@@ -65,7 +65,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-            vec![1, 2, 3, 4],
+            vec![1, 2, 3, 4, 5],
             "{applied:?}"
         );
         assert!(store.migrate().await.unwrap().is_empty());
@@ -193,6 +193,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
                 min_load: Some(4),
                 load_ratio: Some(2.5),
             }),
+            endpoints: Some(vec!["chat/completions".to_owned(), "rerank".to_owned()]),
             targets: Some(vec![
                 target("gpu-b", Some("Qwen/Qwen3-8B"), Some(2)),
                 target("gpu-a", None, None),
@@ -208,6 +209,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             tokenizer: None,
             tokenizer_budget_kib: None,
             cache_guard: None,
+            endpoints: None,
             targets: Some(vec![target("gpu-c", None, Some(7))]),
         };
         let (_, stored) = store
@@ -229,6 +231,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             tokenizer: Some("models/edge".to_owned()),
             tokenizer_budget_kib: None,
             cache_guard: None,
+            endpoints: Some(vec!["audio/transcriptions".to_owned()]),
             members: Some(vec![
                 GroupMemberEntry {
                     provider: Some("gpu-a".to_owned()),
@@ -321,6 +324,7 @@ async fn keys_and_tokens_are_stored_as_salted_digests_only() {
             models: vec!["chat".to_owned()],
             providers: vec!["gpu-a".to_owned(), "gpu-b".to_owned()],
             rpm: Some(60),
+            tpm: Some(90_000),
             max_concurrent: Some(4),
             priority: Some(-2),
             ..ApiKeyTable::default()
@@ -330,6 +334,7 @@ async fn keys_and_tokens_are_stored_as_salted_digests_only() {
         let public = ApiKeys::public(&stored);
         assert_eq!(public["key_id"], "0123456789abcdef");
         assert_eq!(public["priority"], -2);
+        assert_eq!(public["tpm"], 90_000);
         assert!(public.get("key_salted").is_none(), "{public}");
 
         // A key from the environment belongs in rolter.toml.

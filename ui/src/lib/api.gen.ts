@@ -632,6 +632,13 @@ export interface components {
              *     Default: 0.
              */
             rpm?: number | null;
+            /**
+             * Format: int64
+             * @description Tokens (prompt and completion, from the engines' `usage`) this key
+             *     may use per minute on each node; checked before a request is
+             *     dispatched, charged when its answer ends; 0 = unlimited. Default: 0.
+             */
+            tpm?: number | null;
         };
         /**
          * @description An API key as the control API shows it and the audit log records it:
@@ -660,6 +667,11 @@ export interface components {
              * @description Requests per minute on each node; 0 = unlimited.
              */
             rpm?: number | null;
+            /**
+             * Format: int64
+             * @description Tokens per minute on each node; 0 = unlimited.
+             */
+            tpm?: number | null;
         };
         /** @description One change as recorded. */
         AuditRecord: {
@@ -820,6 +832,11 @@ export interface components {
             provider_groups?: components["schemas"]["ProviderGroupTable"][];
             /** @description `[[providers]]`: upstream engines. Default: none. */
             providers?: components["schemas"]["ProviderTable"][];
+            /**
+             * @description `[rate_limits]`: where the API keys' `rpm`, `tpm` and
+             *     `max_concurrent` are counted. Default: in each node.
+             */
+            rate_limits?: components["schemas"]["RateLimitsTable"];
             /** @description `[retry]`: failover. Default: every field's default. */
             retry?: components["schemas"]["RetryTable"];
             /** @description `[[routes]]`: public model names and where they go. Default: none. */
@@ -833,6 +850,7 @@ export interface components {
             server?: components["schemas"]["ServerTable"];
             /** @description `[timeouts]`: upstream timeouts. Default: every field's default. */
             timeouts?: components["schemas"]["TimeoutsTable"];
+            tracing?: null | components["schemas"]["TracingTable"];
         };
         /**
          * @description `[control_plane]`: for `role = "gateway"`, the control node to poll; for
@@ -1290,6 +1308,11 @@ export interface components {
                  * @description Requests per minute on each node; 0 = unlimited.
                  */
                 rpm?: number | null;
+                /**
+                 * Format: int64
+                 * @description Tokens per minute on each node; 0 = unlimited.
+                 */
+                tpm?: number | null;
             }[];
             /** @description Keys of the rows rolter.toml defines: read-only here. */
             file_managed: string[];
@@ -1322,6 +1345,15 @@ export interface components {
         Listing_ProviderGroupTable: {
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -1419,6 +1451,15 @@ export interface components {
         Listing_RouteTable: {
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -1633,6 +1674,15 @@ export interface components {
         ProviderGroupTable: {
             cache_guard?: null | components["schemas"]["CacheGuardTable"];
             /**
+             * @description The API endpoints requests for this model may use, by name:
+             *     "chat/completions", "completions", "embeddings", "responses" (with
+             *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+             *     "score", "tokenize", "detokenize", "audio/transcriptions",
+             *     "audio/translations". A request on another endpoint gets a 404.
+             *     Default: every endpoint; each name at most once.
+             */
+            endpoints?: string[] | null;
+            /**
              * @description The group's providers. Required, non-empty, each provider at most
              *     once.
              */
@@ -1753,6 +1803,29 @@ export interface components {
             /** @description Neither stale nor rebuilding: its blocks count. */
             usable: boolean;
         };
+        /** @description `[rate_limits]`: counters shared by every gateway node through Redis. */
+        RateLimitsTable: {
+            /**
+             * @description Prefix of every Redis key rolter writes; nodes that share limits
+             *     use the same one. Default: "rolter:limits:".
+             */
+            redis_key_prefix?: string | null;
+            /**
+             * Format: int64
+             * @description How long a request's admission waits for Redis before the node
+             *     falls back to its own counters, in milliseconds. Default: 50; 1 to
+             *     5000.
+             */
+            redis_timeout_ms?: number | null;
+            /**
+             * @description "redis://[user:password@]host[:port][/db]" of the Redis that holds
+             *     the keys' counters for the whole fleet. At most one of `redis_url`
+             *     and `redis_url_env`. Default: none (each node counts alone).
+             */
+            redis_url?: string | null;
+            /** @description Environment variable holding `redis_url` (for a URL with a password). */
+            redis_url_env?: string | null;
+        };
         /** @description A target's engine reading as the admin API shows it. */
         ReadingSummary: {
             /** Format: int64 */
@@ -1847,6 +1920,15 @@ export interface components {
         /** @description One `[[routes]]` entry: a public model name and its targets. */
         RouteTable: {
             cache_guard?: null | components["schemas"]["CacheGuardTable"];
+            /**
+             * @description The API endpoints requests for this model may use, by name:
+             *     "chat/completions", "completions", "embeddings", "responses" (with
+             *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+             *     "score", "tokenize", "detokenize", "audio/transcriptions",
+             *     "audio/translations". A request on another endpoint gets a 404.
+             *     Default: every endpoint; each name at most once.
+             */
+            endpoints?: string[] | null;
             /**
              * @description Public model name clients send. Required, non-empty, unique, and not
              *     a provider slug nor `<provider-slug>/...`.
@@ -1957,6 +2039,11 @@ export interface components {
                  * @description Requests per minute on each node; 0 = unlimited.
                  */
                 rpm?: number | null;
+                /**
+                 * Format: int64
+                 * @description Tokens per minute on each node; 0 = unlimited.
+                 */
+                tpm?: number | null;
             };
         };
         /** @description One row: `{"data": ...}`. */
@@ -1990,6 +2077,15 @@ export interface components {
              */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -2085,6 +2181,15 @@ export interface components {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -2533,6 +2638,28 @@ export interface components {
             /** @description `gateway`, `caller` or `none`. */
             source: string;
         };
+        /** @description `[tracing]`: W3C trace context in and out, spans exported over OTLP. */
+        TracingTable: {
+            /**
+             * Format: int64
+             * @description Spans waiting for export at most; past it a request's spans are
+             *     dropped and counted. Default: 4096; 1 to 1000000.
+             */
+            max_queued_spans?: number | null;
+            /**
+             * @description The collector's OTLP/HTTP traces URL, "http(s)://host[:port]/v1/traces"
+             *     (protobuf). Required.
+             */
+            otlp_endpoint?: string | null;
+            /**
+             * Format: double
+             * @description Share of new traces kept, 0 to 1; a trusted caller's own sampling
+             *     decision is followed. Default: 1.
+             */
+            sampling_ratio?: number | null;
+            /** @description `service.name` of the spans. Default: "rolter". */
+            service_name?: string | null;
+        };
         /** @description A write that was applied. */
         Written_AdminTokenView: {
             /**
@@ -2587,6 +2714,11 @@ export interface components {
                  * @description Requests per minute on each node; 0 = unlimited.
                  */
                 rpm?: number | null;
+                /**
+                 * Format: int64
+                 * @description Tokens per minute on each node; 0 = unlimited.
+                 */
+                tpm?: number | null;
             };
             /** @description A created API key's secret, shown this once. */
             key?: string | null;
@@ -2642,6 +2774,15 @@ export interface components {
              */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description The group's providers. Required, non-empty, each provider at most
                  *     once.
@@ -2759,6 +2900,15 @@ export interface components {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                /**
+                 * @description The API endpoints requests for this model may use, by name:
+                 *     "chat/completions", "completions", "embeddings", "responses" (with
+                 *     `/v1/responses/{id}`), "messages", "messages/count_tokens", "rerank",
+                 *     "score", "tokenize", "detokenize", "audio/transcriptions",
+                 *     "audio/translations". A request on another endpoint gets a 404.
+                 *     Default: every endpoint; each name at most once.
+                 */
+                endpoints?: string[] | null;
                 /**
                  * @description Public model name clients send. Required, non-empty, unique, and not
                  *     a provider slug nor `<provider-slug>/...`.
@@ -5690,6 +5840,7 @@ export const FIELD_HELP = {
     "models": "Public models this key may use, each a configured route. Default: empty = all.",
     "providers": "Provider slugs this key may reach. Default: empty = all.",
     "rpm": "Requests per minute this key may make on each node; 0 = unlimited. Default: 0.",
+    "tpm": "Tokens (prompt and completion, from the engines' `usage`) this key may use per minute on each node; checked before a request is dispatched, charged when its answer ends; 0 = unlimited. Default: 0.",
     "max_concurrent": "Requests this key may have in flight at once on each node; 0 = unlimited. Default: 0.",
     "priority": "Extension. The key's priority band under flow control: higher bands are dispatched first; a negative priority is sheddable. A request may lower its own with `x-rolter-priority`, never raise it. Default: 0; -1000 to 1000."
   },
@@ -5698,6 +5849,7 @@ export const FIELD_HELP = {
     "models": "Public models this key may use; empty = all.",
     "providers": "Provider slugs this key may reach; empty = all.",
     "rpm": "Requests per minute on each node; 0 = unlimited.",
+    "tpm": "Tokens per minute on each node; 0 = unlimited.",
     "max_concurrent": "Requests in flight at once on each node; 0 = unlimited.",
     "priority": "Flow control's priority band; negative = sheddable."
   },
@@ -5741,7 +5893,8 @@ export const FIELD_HELP = {
     "breaker": "`[breaker]`: the per-target circuit breaker. Default: every field's default (on).",
     "parking": "`[parking]`: how long a failing target sits out. Default: every field's default.",
     "saturation": "`[saturation]`: when an engine counts as full. Default: every field's default.",
-    "flow_control": "`[flow_control]`: requests wait in the gateway while every engine of their route is saturated. Default: every field's default (off)."
+    "flow_control": "`[flow_control]`: requests wait in the gateway while every engine of their route is saturated. Default: every field's default (off).",
+    "rate_limits": "`[rate_limits]`: where the API keys' `rpm`, `tpm` and `max_concurrent` are counted. Default: in each node."
   },
   "ControlPlaneTable": {
     "url": "`http(s)://host[:port]` of a control node's admin listener (often an L4 balancer in front of several). Required with role \"gateway\"; has no effect (warned) with \"control\".",
@@ -5901,6 +6054,7 @@ export const FIELD_HELP = {
     "strategy": "Load-balancing strategy over the members (docs/design/balancer.md). Default: \"round_robin\".",
     "tokenizer": "Local Hugging Face model directory (`tokenizer.json`, `tokenizer_config.json`, optionally `chat_template.jinja`) of the model the engines serve: the gateway renders and tokenizes requests with it so `precise_cache_aware` and the KV-block scorer match requests that carry only text. Relative to the working directory. Default: none (token ids only from the caller).",
     "tokenizer_budget_kib": "How much of a request's rendered text is tokenized for routing, in KiB; routing reads the beginning of a conversation. Default: 64; 1 to 4096. Read only with `tokenizer`.",
+    "endpoints": "The API endpoints requests for this model may use, by name: \"chat/completions\", \"completions\", \"embeddings\", \"responses\" (with `/v1/responses/{id}`), \"messages\", \"messages/count_tokens\", \"rerank\", \"score\", \"tokenize\", \"detokenize\", \"audio/transcriptions\", \"audio/translations\". A request on another endpoint gets a 404. Default: every endpoint; each name at most once.",
     "members": "The group's providers. Required, non-empty, each provider at most once."
   },
   "ProviderTable": {
@@ -5925,6 +6079,12 @@ export const FIELD_HELP = {
     "last_message_age_ms": "Milliseconds since the last message; `None` before the first.",
     "next_seq": "The seq the rank expects next; `None` before the first message.",
     "blocks": "Engine blocks held for this rank."
+  },
+  "RateLimitsTable": {
+    "redis_url": "\"redis://[user:password@]host[:port][/db]\" of the Redis that holds the keys' counters for the whole fleet. At most one of `redis_url` and `redis_url_env`. Default: none (each node counts alone).",
+    "redis_url_env": "Environment variable holding `redis_url` (for a URL with a password).",
+    "redis_timeout_ms": "How long a request's admission waits for Redis before the node falls back to its own counters, in milliseconds. Default: 50; 1 to 5000.",
+    "redis_key_prefix": "Prefix of every Redis key rolter writes; nodes that share limits use the same one. Default: \"rolter:limits:\"."
   },
   "ReadingSummary": {
     "fresh": "Young enough and the last poll succeeded: the reading is used."
@@ -5951,6 +6111,7 @@ export const FIELD_HELP = {
     "strategy": "Load-balancing strategy name (docs/design/balancer.md). Default: \"round_robin\".",
     "tokenizer": "Local Hugging Face model directory (`tokenizer.json`, `tokenizer_config.json`, optionally `chat_template.jinja`) of the model the engines serve: the gateway renders and tokenizes requests with it so `precise_cache_aware` and the KV-block scorer match requests that carry only text. Relative to the working directory. Default: none (token ids only from the caller).",
     "tokenizer_budget_kib": "How much of a request's rendered text is tokenized for routing, in KiB; routing reads the beginning of a conversation. Default: 64; 1 to 4096. Read only with `tokenizer`.",
+    "endpoints": "The API endpoints requests for this model may use, by name: \"chat/completions\", \"completions\", \"embeddings\", \"responses\" (with `/v1/responses/{id}`), \"messages\", \"messages/count_tokens\", \"rerank\", \"score\", \"tokenize\", \"detokenize\", \"audio/transcriptions\", \"audio/translations\". A request on another endpoint gets a 404. Default: every endpoint; each name at most once.",
     "targets": "Where requests for `model` go. Required, non-empty."
   },
   "RouteTelemetry": {
@@ -6061,6 +6222,12 @@ export const FIELD_HELP = {
   "TokenSourceView": {
     "source": "`gateway`, `caller` or `none`.",
     "reason": "Why not from the gateway's tokenizer (`no_tokenizer`, `template_error`, ...), or that only its budget was tokenized (`over_budget`); empty otherwise."
+  },
+  "TracingTable": {
+    "otlp_endpoint": "The collector's OTLP/HTTP traces URL, \"http(s)://host[:port]/v1/traces\" (protobuf). Required.",
+    "sampling_ratio": "Share of new traces kept, 0 to 1; a trusted caller's own sampling decision is followed. Default: 1.",
+    "service_name": "`service.name` of the spans. Default: \"rolter\".",
+    "max_queued_spans": "Spans waiting for export at most; past it a request's spans are dropped and counted. Default: 4096; 1 to 1000000."
   },
   "Written_AdminTokenView": {
     "data": "An admin token as the control API shows it: never the token, nor a digest of it.",

@@ -24,7 +24,7 @@ import {
 import { StrategyPicker } from "../components/StrategyPicker";
 import { FIELD_HELP } from "../lib/api.gen";
 
-/// The Rust field docs of `tokenizer` and `tokenizer_budget_kib`.
+/// The Rust field docs of `tokenizer`, `tokenizer_budget_kib` and `endpoints`.
 const TOKENIZER_HELP = FIELD_HELP.RouteTable;
 /// The Rust field docs of `cache_guard`.
 const GUARD_HELP = FIELD_HELP.CacheGuardTable;
@@ -123,6 +123,7 @@ function EditorForm(props: {
   const [budget, setBudget] = useState(fieldText(original?.tokenizer_budget_kib));
   const [guardMin, setGuardMin] = useState(fieldText(original?.cache_guard?.min_load));
   const [guardRatio, setGuardRatio] = useState(fieldText(original?.cache_guard?.load_ratio));
+  const [endpoints, setEndpoints] = useState((original?.endpoints ?? []).join(", "));
   const held = original?.strategy;
   const [strategy, setStrategy] = useState(pickerValue(held));
   const [touched, setTouched] = useState(false);
@@ -141,6 +142,7 @@ function EditorForm(props: {
     budget,
     guardMin,
     guardRatio,
+    endpoints,
     strategy,
     drafts.map((d) => [d.provider, d.model, d.weight]),
   ]);
@@ -189,6 +191,14 @@ function EditorForm(props: {
     ]);
     if (Object.keys(guard.row).length > 0) row.cache_guard = guard.row;
     else delete row.cache_guard;
+    // A comma-separated list; empty opens every endpoint (the node checks
+    // the names and says which one it does not know).
+    const endpointNames = endpoints
+      .split(",")
+      .map((name) => name.trim())
+      .filter((name) => name.length > 0);
+    if (endpointNames.length > 0) row.endpoints = endpointNames;
+    else delete row.endpoints;
     const problems = [
       ...Object.entries(errors).map(([f, m]) => `${f}: ${m}`),
       ...Object.entries(guard.errors).map(([f, m]) => `cache_guard.${f}: ${m}`),
@@ -331,6 +341,23 @@ function EditorForm(props: {
                 placeholder="64"
               />
               <div className="help">{TOKENIZER_HELP.tokenizer_budget_kib}</div>
+            </div>
+            <label htmlFor="rule-endpoints">Endpoints</label>
+            <div>
+              <input
+                id="rule-endpoints"
+                value={endpoints}
+                onChange={(e) => setEndpoints(e.target.value)}
+                placeholder="every endpoint when empty, e.g. chat/completions, responses"
+              />
+              <div className="help">{TOKENIZER_HELP.endpoints}</div>
+              {Object.entries(problems)
+                .filter(([field]) => field.startsWith("endpoints"))
+                .map(([field, message]) => (
+                  <div key={field} className="field-error">
+                    {field}: {message}
+                  </div>
+                ))}
             </div>
             {guardDefault && (
               <>
