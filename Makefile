@@ -57,11 +57,13 @@ test: deps
 	scripts/fuzz-smoke
 
 # Criterion benchmarks of the balancer, of routing tokenization, and of flow
-# control and engine-reported load (stop by themselves, ~3 minutes).
+# control and engine-reported load, and of tracing off and on (stop by
+# themselves, ~4 minutes).
 bench:
 	$(CARGO) bench --locked -p rolter-balancer
 	$(CARGO) bench --locked -p rolter-tokenize
 	$(CARGO) bench --locked -p rolter --bench flow
+	$(CARGO) bench --locked -p rolter --bench traces
 
 # The gateway side by side with nginx, a bare Pingora passthrough and the
 # engine direct, on the same pinned cores (load-tests/compare.py; ~22 min,

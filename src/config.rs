@@ -290,6 +290,8 @@ pub struct Provider {
     pub engine_metrics: Option<EngineMetrics>,
     /// How an `https://` base URL is verified; unused for `http://`.
     pub tls: UpstreamTls,
+    /// Its SGLang bootstrap server's port, for SGLang disaggregation.
+    pub bootstrap_port: Option<u16>,
 }
 
 /// `[providers.engine_metrics]`, enabled: the engine's Prometheus metrics
@@ -464,6 +466,7 @@ impl fmt::Debug for Provider {
             .field("max_concurrency", &self.max_concurrency)
             .field("engine_metrics", &self.engine_metrics)
             .field("tls", &self.tls)
+            .field("bootstrap_port", &self.bootstrap_port)
             .finish()
     }
 }
@@ -526,6 +529,43 @@ pub struct Route {
     pub cache_guard: CacheGuard,
     /// The endpoints its requests may use.
     pub endpoints: EndpointSet,
+    /// A prefill pool in front of `targets`, which are then the decode
+    /// pool (and `strategy` the decode pool's).
+    pub disaggregation: Option<Disaggregation>,
+}
+
+/// `disaggregation` of a route, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disaggregation {
+    pub protocol: PdProtocol,
+    /// Never empty; no two share `(provider, model)`.
+    pub prefill: Vec<RouteTarget>,
+    pub prefill_strategy: rolter_balancer::StrategyKind,
+    pub min_prefill_tokens: u64,
+}
+
+/// The handshake between a prefill and a decode engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdProtocol {
+    /// vLLM's `kv_transfer_params`: prefill answers, then decode.
+    Vllm,
+    /// SGLang's bootstrap room: both at once.
+    Sglang,
+}
+
+impl PdProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PdProtocol::Vllm => "vllm",
+            PdProtocol::Sglang => "sglang",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [PdProtocol::Vllm, PdProtocol::Sglang]
+            .into_iter()
+            .find(|p| p.as_str() == name)
+    }
 }
 
 /// `cache_guard` of a route or provider group, validated, as written (an

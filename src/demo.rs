@@ -1,4 +1,6 @@
-//! `rolter demo`: three fake engines and the gateway in one process.
+//! `rolter demo`: five fake engines and the gateway in one process: three
+//! whole engines, and a prefill and a decode engine for the disaggregated
+//! route.
 //!
 //! The engines run on their own runtime thread; the gateway is the normal
 //! Pingora server, on the embedded demo configuration (`conf/demo.toml`).
@@ -69,7 +71,7 @@ pub fn run(args: DemoArgs) -> i32 {
         .replace("@LISTEN@", &args.listen.to_string())
         .replace("@ADMIN_LISTEN@", &args.admin_listen.to_string())
         .replace("@TOKENIZER@", &tokenizer.display().to_string());
-    for (engine, letter) in engines.iter().zip(["A", "B", "C"]) {
+    for (engine, letter) in engines.iter().zip(["A", "B", "C", "P", "D"]) {
         text = text
             .replace(
                 &format!("@ENGINE_{letter}@"),
@@ -100,7 +102,7 @@ pub fn run(args: DemoArgs) -> i32 {
     println!(
         "\nrolter demo: gateway on http://{listen}, admin on http://{admin}\n\
          dashboard: http://{admin}/ui/ (sign in with the admin token {token})\n\
-         fake engines: {a}, {b}, {c}\n\
+         fake engines: {a}, {b}, {c}; prefill {p}, decode {d}\n\
          configuration: {path} (edit it, then reload)\n\n\
          try:\n  \
          curl -s http://{listen}/v1/chat/completions -H 'content-type: application/json' \\\n    \
@@ -118,6 +120,8 @@ pub fn run(args: DemoArgs) -> i32 {
         a = engines[0].http,
         b = engines[1].http,
         c = engines[2].http,
+        p = engines[3].http,
+        d = engines[4].http,
         path = config_path.display(),
     );
 
@@ -134,15 +138,24 @@ pub fn run(args: DemoArgs) -> i32 {
     crate::serve::run_with_conf(conf, config, &PathBuf::from(&config_path))
 }
 
-/// Binds three engines (HTTP and KV-event sockets) on free loopback ports,
-/// tokenizing with `tokenizer`, and serves them on a runtime thread.
+/// Binds five engines (HTTP and KV-event sockets) on free loopback ports,
+/// tokenizing with `tokenizer`, and serves them on a runtime thread: three
+/// that serve requests whole, then a vLLM-style prefill engine and a decode
+/// engine (`chat-split`).
 fn start_engines(tokenizer: &std::path::Path) -> std::io::Result<Vec<fake_llm::EngineAddresses>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
     let mut addrs = Vec::new();
-    for (name, ttft_ms) in [("engine-a", 40), ("engine-b", 60), ("engine-c", 80)] {
+    let engines = [
+        ("engine-a", 40, None),
+        ("engine-b", 60, None),
+        ("engine-c", 80, None),
+        ("prefill-a", 30, Some(fake_llm::PdRole::Prefill)),
+        ("decode-a", 10, Some(fake_llm::PdRole::Decode)),
+    ];
+    for (name, ttft_ms, pd_role) in engines {
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
         let engine = FakeLlmArgs {
             name: name.to_string(),
@@ -152,6 +165,7 @@ fn start_engines(tokenizer: &std::path::Path) -> std::io::Result<Vec<fake_llm::E
             kv_events: Some("tcp://127.0.0.1:0".to_string()),
             kv_replay: Some("tcp://127.0.0.1:0".to_string()),
             block_size: 16,
+            pd_role,
             ..FakeLlmArgs::default()
         };
         let bound = runtime.block_on(fake_llm::BoundEngine::with_listener(engine, listener))?;

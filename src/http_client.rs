@@ -12,11 +12,24 @@ use pingora::upstreams::peer::HttpPeer;
 
 /// Why a call failed, as a message for logs.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct CallError(pub String);
+#[error("{message}")]
+pub struct CallError {
+    pub message: String,
+    /// No connection was made: the peer never saw the request.
+    pub connect: bool,
+}
+
+impl CallError {
+    fn new(message: impl Into<String>) -> Self {
+        CallError {
+            message: message.into(),
+            connect: false,
+        }
+    }
+}
 
 fn fail(context: &str, e: impl std::fmt::Display) -> CallError {
-    CallError(format!("{context}: {e}"))
+    CallError::new(format!("{context}: {e}"))
 }
 
 /// Where requests go: an `http(s)://host[:port]` endpoint, resolved once.
@@ -34,13 +47,13 @@ impl Endpoint {
         let tls = uri.scheme_str() == Some("https");
         let host = uri
             .host()
-            .ok_or_else(|| CallError("URL without a host".into()))?;
+            .ok_or_else(|| CallError::new("URL without a host"))?;
         let bare_host = host.trim_matches(['[', ']']);
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(bare_host, port))
             .map_err(|e| fail("cannot resolve", e))?
             .next()
-            .ok_or_else(|| CallError("no address".into()))?;
+            .ok_or_else(|| CallError::new("no address"))?;
         let mut peer = HttpPeer::new(addr, tls, bare_host.to_string());
         peer.options.connection_timeout = Some(timeout);
         peer.options.read_timeout = Some(timeout);
@@ -66,57 +79,80 @@ impl Endpoint {
         body: Option<Bytes>,
         max_body: usize,
     ) -> Result<(u16, Bytes), CallError> {
-        let mut request =
-            RequestHeader::build(method, path.as_bytes(), None).map_err(|e| fail("request", e))?;
-        request
-            .insert_header(http::header::HOST, &self.authority)
-            .map_err(|e| fail("request", e))?;
-        for (name, value) in headers {
-            request
-                .insert_header(name.clone(), value.clone())
-                .map_err(|e| fail("request", e))?;
-        }
-        if let Some(body) = &body {
-            request
-                .insert_header(http::header::CONTENT_LENGTH, body.len())
-                .map_err(|e| fail("request", e))?;
-        }
-        let (mut session, _) = connector
-            .get_http_session(&self.peer)
-            .await
-            .map_err(|e| fail("connect", e))?;
-        session.set_read_timeout(self.peer.options.read_timeout);
-        session.set_write_timeout(self.peer.options.write_timeout);
-        session
-            .write_request_header(Box::new(request))
-            .await
-            .map_err(|e| fail("send", e))?;
-        if let Some(body) = body {
-            session
-                .write_request_body(body, true)
-                .await
-                .map_err(|e| fail("send", e))?;
-        }
-        session
-            .finish_request_body()
-            .await
-            .map_err(|e| fail("send", e))?;
-        session
-            .read_response_header()
-            .await
-            .map_err(|e| fail("receive", e))?;
-        let status = session.response_header().map_or(0, |h| h.status.as_u16());
-        let mut received = BytesMut::new();
-        while let Some(chunk) = session
-            .read_response_body()
-            .await
-            .map_err(|e| fail("receive", e))?
-        {
-            if received.len() + chunk.len() > max_body {
-                return Err(CallError(format!("response larger than {max_body} bytes")));
-            }
-            received.extend_from_slice(&chunk);
-        }
-        Ok((status, received.freeze()))
+        let mut all = Vec::with_capacity(headers.len() + 1);
+        all.push((
+            http::header::HOST,
+            HeaderValue::from_str(&self.authority).map_err(|e| fail("request", e))?,
+        ));
+        all.extend_from_slice(headers);
+        call(connector, &self.peer, method, path, &all, body, max_body).await
     }
+}
+
+/// One request to `peer` with exactly `headers` (`Host` included) and a
+/// `Content-Length` for `body`: the status and at most `max_body` bytes of
+/// the answer. Each step is bounded by the peer's timeouts.
+pub async fn call(
+    connector: &Connector,
+    peer: &HttpPeer,
+    method: Method,
+    path: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: Option<Bytes>,
+    max_body: usize,
+) -> Result<(u16, Bytes), CallError> {
+    let mut request =
+        RequestHeader::build(method, path.as_bytes(), None).map_err(|e| fail("request", e))?;
+    for (name, value) in headers {
+        request
+            .insert_header(name.clone(), value.clone())
+            .map_err(|e| fail("request", e))?;
+    }
+    if let Some(body) = &body {
+        request
+            .insert_header(http::header::CONTENT_LENGTH, body.len())
+            .map_err(|e| fail("request", e))?;
+    }
+    let (mut session, _) = connector
+        .get_http_session(peer)
+        .await
+        .map_err(|e| CallError {
+            connect: true,
+            ..fail("connect", e)
+        })?;
+    session.set_read_timeout(peer.options.read_timeout);
+    session.set_write_timeout(peer.options.write_timeout);
+    session
+        .write_request_header(Box::new(request))
+        .await
+        .map_err(|e| fail("send", e))?;
+    if let Some(body) = body {
+        session
+            .write_request_body(body, true)
+            .await
+            .map_err(|e| fail("send", e))?;
+    }
+    session
+        .finish_request_body()
+        .await
+        .map_err(|e| fail("send", e))?;
+    session
+        .read_response_header()
+        .await
+        .map_err(|e| fail("receive", e))?;
+    let status = session.response_header().map_or(0, |h| h.status.as_u16());
+    let mut received = BytesMut::new();
+    while let Some(chunk) = session
+        .read_response_body()
+        .await
+        .map_err(|e| fail("receive", e))?
+    {
+        if received.len() + chunk.len() > max_body {
+            return Err(CallError::new(format!(
+                "response larger than {max_body} bytes"
+            )));
+        }
+        received.extend_from_slice(&chunk);
+    }
+    Ok((status, received.freeze()))
 }

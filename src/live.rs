@@ -31,20 +31,17 @@ pub fn answer<'a>(state: &GatewayState, snapshot: &'a Snapshot) -> RoutesAnswer<
             token_sources: token_sources(&route.metrics),
             queued: route.queue.len(),
             report: ReportView::from(route.balancer.report()),
-            targets: route
-                .targets
-                .iter()
-                .map(|t| {
-                    TargetView::new(
-                        &t.provider,
-                        &t.id.model,
-                        t.weight,
-                        (&t.stats, Some(t.metrics.traffic())),
-                        &sources,
-                        now,
-                    )
-                })
-                .collect(),
+            targets: target_views(route, &sources, now),
+            prefill: route.prefill.as_ref().map(|pool| PrefillView {
+                protocol: pool.protocol.as_str(),
+                strategy: pool.route.strategy.as_str(),
+                min_prefill_tokens: pool.min_prefill_tokens,
+                split: pool.counts.split.get(),
+                decode_only: pool.counts.decode_only.get(),
+                prefill_failed: pool.counts.prefill_failed.get(),
+                targets: target_views(&pool.route, &sources, now),
+                report: ReportView::from(pool.route.balancer.report()),
+            }),
         })
         .collect();
     let mut groups: Vec<GroupView<'_>> = snapshot
@@ -83,6 +80,28 @@ pub fn answer<'a>(state: &GatewayState, snapshot: &'a Snapshot) -> RoutesAnswer<
         groups,
         addressed_routes: snapshot.addressed_routes(),
     }
+}
+
+/// The live state of `route`'s targets, with this route's traffic.
+fn target_views<'a>(
+    route: &'a crate::snapshot::Route,
+    sources: &EngineSources,
+    now: u64,
+) -> Vec<TargetView<'a>> {
+    route
+        .targets
+        .iter()
+        .map(|t| {
+            TargetView::new(
+                &t.provider,
+                &t.id.model,
+                t.weight,
+                (&t.stats, Some(t.metrics.traffic())),
+                sources,
+                now,
+            )
+        })
+        .collect()
 }
 
 /// `GET /admin/routes`: the running snapshot's routes and groups, their
@@ -130,6 +149,27 @@ struct RouteView<'a> {
     token_sources: Vec<TokenSourceView>,
     /// Requests waiting in flow control for one of its targets.
     queued: u64,
+    /// Its targets: with `prefill`, the decode engines.
+    targets: Vec<TargetView<'a>>,
+    report: ReportView,
+    /// With `disaggregation`: the prefill pool and how requests went.
+    prefill: Option<PrefillView<'a>>,
+}
+
+/// A disaggregated route's prefill pool.
+#[derive(Serialize, ToSchema)]
+struct PrefillView<'a> {
+    /// `vllm` or `sglang`.
+    protocol: &'static str,
+    strategy: &'static str,
+    min_prefill_tokens: u64,
+    /// Requests prefilled here and decoded on the route's targets.
+    split: u64,
+    /// Requests served whole by a decode engine (short prompts, endpoints
+    /// that are not split).
+    decode_only: u64,
+    /// Requests no prefill engine could take.
+    prefill_failed: u64,
     targets: Vec<TargetView<'a>>,
     report: ReportView,
 }

@@ -59,6 +59,7 @@ pub struct Metrics {
     route_target_attempts: IntCounterVec,
     picks: IntCounterVec,
     routing_tokens: IntCounterVec,
+    disaggregation: IntCounterVec,
     tokens: IntCounterVec,
     in_flight: IntGaugeVec,
     upstream_failures: IntCounterVec,
@@ -100,6 +101,19 @@ pub struct RouteMetrics {
     /// Set while requests are routed in health panic mode, so entering
     /// and leaving it is logged once each (`proxy/select.rs`).
     pub health_panic: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// `rolter_disaggregation_requests_total` of one disaggregated route: how
+/// its requests went.
+#[derive(Clone)]
+pub struct DisaggregationCounts {
+    /// Prefilled on a prefill engine, decoded on a decode engine.
+    pub split: IntCounter,
+    /// Served whole by a decode engine: a prompt under
+    /// `min_prefill_tokens`, or an endpoint that is not split.
+    pub decode_only: IntCounter,
+    /// No prefill engine could take the request: it failed.
+    pub prefill_failed: IntCounter,
 }
 
 /// Handles of one target within one route.
@@ -213,6 +227,14 @@ impl Metrics {
                 "Requests by route and where their routing token ids came from: the gateway's tokenizer, the caller, or none (and why).",
             ),
             &["route", "source", "reason"],
+        )
+        .expect("static metric definition");
+        let disaggregation = IntCounterVec::new(
+            Opts::new(
+                "rolter_disaggregation_requests_total",
+                "Requests of disaggregated routes by route and path: split (prefill engine, then decode engine), decode_only (served whole by a decode engine), prefill_failed (no prefill engine could take it).",
+            ),
+            &["route", "path"],
         )
         .expect("static metric definition");
         let tokens = IntCounterVec::new(
@@ -413,6 +435,7 @@ impl Metrics {
             Box::new(time_to_first_byte.clone()),
             Box::new(picks.clone()),
             Box::new(routing_tokens.clone()),
+            Box::new(disaggregation.clone()),
             Box::new(tokens.clone()),
             Box::new(in_flight.clone()),
             Box::new(upstream_failures.clone()),
@@ -456,6 +479,7 @@ impl Metrics {
             time_to_first_byte,
             picks,
             routing_tokens,
+            disaggregation,
             tokens,
             in_flight,
             upstream_failures,
@@ -513,6 +537,16 @@ impl Metrics {
             self.tokens
                 .with_label_values(&[key, route, target, kind])
                 .inc_by(count);
+        }
+    }
+
+    /// The disaggregation counters of `route`, resolved once per snapshot.
+    pub fn disaggregation(&self, route: &str) -> DisaggregationCounts {
+        let counter = |path: &str| self.disaggregation.with_label_values(&[route, path]);
+        DisaggregationCounts {
+            split: counter("split"),
+            decode_only: counter("decode_only"),
+            prefill_failed: counter("prefill_failed"),
         }
     }
 

@@ -29,6 +29,7 @@ mod access;
 mod admission;
 mod body;
 mod ctx;
+mod disaggregation;
 mod dispatch;
 mod eligibility;
 mod forwarding;
@@ -164,16 +165,20 @@ impl ProxyHttp for Gateway {
         let Some(admitted) = &ctx.admitted else {
             return Err(not_admitted("upstream_peer"));
         };
-        if !ctx.snapshot.limits.flow_control.enabled {
-            return match dispatch::dispatch(&self.state, ctx, false) {
-                Dispatch::Peer(peer) => Ok(peer),
-                Dispatch::Refused(e) => Err(e),
+        let peer = if !ctx.snapshot.limits.flow_control.enabled {
+            match dispatch::dispatch(&self.state, ctx, false) {
+                Dispatch::Peer(peer) => peer,
+                Dispatch::Refused(e) => return Err(e),
                 // Without flow control saturation is judged to never empty a route.
-                Dispatch::Saturated => Err(not_admitted("a pick without flow control")),
-            };
-        }
-        let queue = Arc::clone(&admitted.route.queue);
-        waiting::dispatch_in_turn(&self.state, session, ctx, &queue).await
+                Dispatch::Saturated => return Err(not_admitted("a pick without flow control")),
+            }
+        } else {
+            let queue = Arc::clone(&admitted.route.queue);
+            waiting::dispatch_in_turn(&self.state, session, ctx, &queue).await?
+        };
+        // A disaggregated request's prefill leg, for this decode attempt.
+        disaggregation::prepare(&self.state, session, ctx).await?;
+        Ok(peer)
     }
 
     async fn upstream_request_filter(
@@ -417,6 +422,10 @@ impl ProxyHttp for Gateway {
         mut e: Box<Error>,
     ) -> Box<Error> {
         attempt_failed(ctx, &self.state.metrics, Failure::Connect(e.to_string()));
+        if let Some(pd) = ctx.pd.as_mut() {
+            // The decode engine never saw the KV handle: the next attempt may use it.
+            pd.handle_unused = true;
+        }
         let retry = ctx.can_fail_over();
         if retry {
             self.record_retry(ctx, FailureReason::Connect);

@@ -32,7 +32,7 @@ use rolter_balancer::{BuildContext, LoadBalancer, RoundRobin, StrategyKind, Targ
 
 pub use addressed::MAX_ADDRESSED_ROUTES;
 pub use provider::Provider;
-pub use route::{Route, RouteKind, Target};
+pub use route::{PrefillPool, Route, RouteKind, Target, PREFILL_LABEL_SUFFIX};
 
 use crate::auth::{AdminTokens, ApiKeys, Caller};
 use crate::config::{Config, FlowControl, GroupMember};
@@ -305,37 +305,42 @@ impl Snapshot {
         };
         for (i, route) in config.routes.iter().enumerate() {
             let tokenizer = tokens(&route.tokenizer, format!("routes[{i}]"))?;
-            let targets: Vec<Target> = route
-                .targets
-                .iter()
-                .map(|t| {
-                    let id = TargetId::new(t.provider.clone(), t.model.clone());
-                    Target::new(
-                        Arc::clone(&providers[&t.provider]),
-                        &t.model,
-                        t.weight,
-                        &config.timeouts,
-                        tracker.stats(&id),
-                        metrics.target(&route.model, &id.to_string()),
-                    )
-                })
-                .collect();
-            let specs: Vec<TargetSpec<'_>> = targets.iter().map(|t| t.spec(&config)).collect();
-            let views = TargetViews::new(
-                targets
-                    .iter()
-                    .map(|t| (t.id.provider.as_str(), Some(t.id.model.as_str()), &t.stats)),
-                &config,
-                learned,
-            );
-            let balancer = build_balancer(
-                route.strategy,
-                &specs,
-                views,
-                (seeds.next(), route.cache_guard),
-                &config,
-            )
-            .into();
+            let pool = |targets: &[crate::config::RouteTarget],
+                        strategy: StrategyKind,
+                        label: &str,
+                        seed: u64| {
+                configured_pool(
+                    (targets, strategy, route.cache_guard, seed),
+                    label,
+                    (&config, learned, metrics, &providers),
+                )
+            };
+            let prefill = route.disaggregation.as_ref().map(|d| {
+                let label = format!("{}{}", route.model, PREFILL_LABEL_SUFFIX);
+                let (balancer, targets) =
+                    pool(&d.prefill, d.prefill_strategy, &label, seeds.next());
+                PrefillPool {
+                    protocol: d.protocol,
+                    min_prefill_tokens: d.min_prefill_tokens,
+                    counts: metrics.disaggregation(&route.model),
+                    route: Arc::new(Route {
+                        model: route.model.clone(),
+                        kind: RouteKind::Configured,
+                        strategy: d.prefill_strategy,
+                        balancer,
+                        metrics: metrics.route(&label, d.prefill_strategy.as_str()),
+                        targets,
+                        adapter: None,
+                        kept: false,
+                        tokenizer: None,
+                        endpoints: route.endpoints,
+                        queue: learned.flow.queue(&label),
+                        prefill: None,
+                    }),
+                }
+            });
+            let (balancer, targets) =
+                pool(&route.targets, route.strategy, &route.model, seeds.next());
             let route = Arc::new(Route {
                 model: route.model.clone(),
                 kind: RouteKind::Configured,
@@ -348,6 +353,7 @@ impl Snapshot {
                 tokenizer,
                 endpoints: route.endpoints,
                 queue: learned.flow.queue(&route.model),
+                prefill,
             });
             routes.insert(route.model.clone(), Arc::clone(&route));
             route_order.push(route);
@@ -583,6 +589,7 @@ impl Snapshot {
             tokenizer: group.tokenizer.clone(),
             endpoints: group.endpoints,
             queue: Arc::clone(&group.queue),
+            prefill: None,
         }
     }
 
@@ -624,6 +631,7 @@ impl Snapshot {
             tokenizer: None,
             endpoints: crate::openai::EndpointSet::ALL,
             queue: Arc::clone(&engine.queue),
+            prefill: None,
         }
     }
 
@@ -681,7 +689,10 @@ fn configured_targets(config: &Config) -> HashSet<TargetId> {
     let routes = config
         .routes
         .iter()
-        .flat_map(|r| &r.targets)
+        .flat_map(|r| {
+            let prefill = r.disaggregation.iter().flat_map(|d| &d.prefill);
+            r.targets.iter().chain(prefill)
+        })
         .map(|t| TargetId::new(t.provider.clone(), t.model.clone()));
     let members = config
         .provider_groups
@@ -740,6 +751,49 @@ impl TargetViews {
         }
         views
     }
+}
+
+/// The targets of one pool of a configured route (its own, or its
+/// disaggregation's prefill pool) and the balancer over them.
+fn configured_pool(
+    (targets, strategy, cache_guard, seed): (
+        &[crate::config::RouteTarget],
+        StrategyKind,
+        crate::config::CacheGuard,
+        u64,
+    ),
+    label: &str,
+    (config, learned, metrics, providers): (
+        &Config,
+        &Learned,
+        &Arc<Metrics>,
+        &HashMap<String, Arc<Provider>>,
+    ),
+) -> (Arc<dyn LoadBalancer>, Vec<Target>) {
+    let targets: Vec<Target> = targets
+        .iter()
+        .map(|t| {
+            let id = TargetId::new(t.provider.clone(), t.model.clone());
+            Target::new(
+                Arc::clone(&providers[&t.provider]),
+                &t.model,
+                t.weight,
+                &config.timeouts,
+                learned.tracker.stats(&id),
+                metrics.target(label, &id.to_string()),
+            )
+        })
+        .collect();
+    let specs: Vec<TargetSpec<'_>> = targets.iter().map(|t| t.spec(config)).collect();
+    let views = TargetViews::new(
+        targets
+            .iter()
+            .map(|t| (t.id.provider.as_str(), Some(t.id.model.as_str()), &t.stats)),
+        config,
+        learned,
+    );
+    let balancer = build_balancer(strategy, &specs, views, (seed, cache_guard), config).into();
+    (balancer, targets)
 }
 
 fn build_balancer(

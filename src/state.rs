@@ -81,6 +81,9 @@ pub struct GatewayState {
     pub access_log: Arc<AccessLogQueue>,
     /// Where requests' spans go while `[tracing]` is on.
     pub traces: Arc<crate::traces::Traces>,
+    /// Connects the prefill legs of disaggregated routes (the decode leg
+    /// is Pingora's own upstream connection).
+    pub prefill_connector: Arc<pingora::connectors::http::Connector>,
     config_path: PathBuf,
     next_version: AtomicU64,
     // Serializes reloads (SIGHUP and the admin API may race); held only by
@@ -134,6 +137,7 @@ impl GatewayState {
             tls,
             access_log: Arc::new(AccessLogQueue::new(Arc::clone(&metrics))),
             traces,
+            prefill_connector: Arc::new(pingora::connectors::http::Connector::new(None)),
             metrics,
             history: Default::default(),
             config_path: config_path.to_path_buf(),

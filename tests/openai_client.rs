@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use support::*;
 
 #[tokio::test]
@@ -16,25 +14,12 @@ async fn official_openai_client_chats_plain_and_streaming() {
         provider("e", &engine.url())
     );
     let gateway = Gateway::start_with_env(&config, &[("SDK_KEY", "sk-sdk-test")]).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client.py");
-    let base_url = gateway.url("/v1");
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([script, &base_url, "sk-sdk-test", "qwen-chat"])
-            .output()
-            .expect("python3 must be installed")
-    })
-    .await
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !stderr.contains("No module named 'openai'"),
-        "the openai package is missing: run `make deps` (pip install -r tests/python/requirements.txt)"
-    );
-    assert!(
-        output.status.success(),
-        "openai client failed:\n{}\n{stderr}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    assert!(String::from_utf8_lossy(&output.stdout).starts_with("ok:"));
+    sdk_script(
+        "openai_client.py",
+        "openai",
+        gateway.url("/v1"),
+        "sk-sdk-test",
+        "qwen-chat",
+    )
+    .await;
 }

@@ -412,3 +412,53 @@ async fn sampling_follows_a_trusted_parent_and_a_full_queue_drops_and_counts() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_disaggregated_request_has_its_prefill_leg_before_its_decode_attempt() {
+    let collector = Collector::default();
+    let url = collector.start().await;
+    let p = FakeEngine::start("p", &["--pd-role", "prefill"]);
+    let d = FakeEngine::start("d", &["--pd-role", "decode"]);
+    let config = format!(
+        "[server]\nrequire_api_key = false\n\n{}{}[[routes]]\nmodel = \"split\"\n\
+         disaggregation = {{ protocol = \"vllm\", prefill = [{{ provider = \"p\" }}], decode = [{{ provider = \"d\" }}] }}\n\n\
+         [tracing]\notlp_endpoint = \"{url}\"\n\n\
+         [[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n",
+        provider("p", &p.url()),
+        provider("d", &d.url()),
+    );
+    let gateway = Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await;
+    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let response = traced_chat(
+        &gateway,
+        Some("sk-team"),
+        Some(&parent),
+        chat_body("split", "a question worth a remote prefill"),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    let trace = collector
+        .trace(&hex::decode(CALLER_TRACE).unwrap(), 1)
+        .await;
+    let root = trace.iter().find(|s| s.kind == SERVER).unwrap();
+    let legs: Vec<&Span> = trace.iter().filter(|s| s.kind == CLIENT).collect();
+    assert_eq!(legs.len(), 2, "{legs:#?}");
+    let prefill = legs
+        .iter()
+        .find(|s| text(s, "rolter.decision").as_deref() == Some("prefill"))
+        .expect("the prefill leg's span");
+    let decode = legs.iter().find(|s| s.span_id != prefill.span_id).unwrap();
+    assert_eq!(text(prefill, "server.address").as_deref(), Some("p"));
+    assert_eq!(int(prefill, "http.response.status_code"), Some(200));
+    assert_eq!(text(decode, "server.address").as_deref(), Some("d"));
+    assert!(prefill.end_time_unix_nano <= decode.start_time_unix_nano);
+    for leg in [prefill, decode] {
+        assert_eq!(leg.parent_span_id, root.span_id);
+    }
+    // The decode engine continues the trace under its own attempt's span.
+    let sent = answer["fake"]["received_headers"]["traceparent"]
+        .as_str()
+        .unwrap();
+    assert_eq!(&sent[36..52], hex::encode(&decode.span_id));
+}

@@ -7,7 +7,7 @@
 //! {"time":"2025-06-01T12:00:00.123Z","request_id":"4f9c…","client":"203.0.113.5","peer":"10.0.0.1",
 //!  "method":"POST","path":"/v1/chat/completions","protocol":"HTTP/1.1","status":200,
 //!  "key":"team-alpha","model":"chat","route":"chat","strategy":"round_robin",
-//!  "target":"gpu-a/Qwen/Qwen3-8B","attempts":1,"upstream_status":200,"bytes_sent":612,
+//!  "target":"gpu-a/Qwen/Qwen3-8B","prefill_target":null,"attempts":1,"upstream_status":200,"bytes_sent":612,
 //!  "request_bytes":97,"ttfb_ms":12.5,"total_ms":13.1,"client_cancel":false,
 //!  "prompt_tokens":42,"cached_tokens":32,"completion_tokens":16,"error":null,
 //!  "referer":null,"user_agent":"curl/8.5.0"}
@@ -21,7 +21,7 @@
 //! ```text
 //! 203.0.113.5 - - [01/Jun/2025:12:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 200 612 "-" "curl/8.5.0"
 //!  request_id=4f9c… key=team-alpha model=chat route=chat strategy=round_robin
-//!  target=gpu-a/Qwen/Qwen3-8B attempts=1 upstream_status=200 request_bytes=97 ttfb_ms=12.500
+//!  target=gpu-a/Qwen/Qwen3-8B prefill_target=- attempts=1 upstream_status=200 request_bytes=97 ttfb_ms=12.500
 //!  total_ms=13.100 client_cancel=false prompt_tokens=42 cached_tokens=32
 //!  completion_tokens=16 error=- peer=10.0.0.1
 //! ```
@@ -64,6 +64,8 @@ pub struct AccessRecord {
     pub strategy: Option<&'static str>,
     /// The last target tried, `provider/model`.
     pub target: Option<String>,
+    /// On a disaggregated route, the prefill engine of the last attempt.
+    pub prefill_target: Option<String>,
     /// Targets dispatched to.
     pub attempts: u32,
     /// The last attempt's upstream status.
@@ -138,6 +140,7 @@ impl AccessRecord {
         pair(out, "route", self.route.as_deref());
         pair(out, "strategy", self.strategy);
         pair(out, "target", self.target.as_deref());
+        pair(out, "prefill_target", self.prefill_target.as_deref());
         write!(out, " attempts={}", self.attempts).ok();
         match self.upstream_status {
             Some(status) => write!(out, " upstream_status={status}"),
@@ -314,6 +317,7 @@ mod tests {
             route: Some("chat".into()),
             strategy: Some("round_robin"),
             target: Some("gpu-a/Qwen/Qwen3-8B".into()),
+            prefill_target: None,
             attempts: 2,
             upstream_status: Some(200),
             bytes_sent: 612,
@@ -351,7 +355,8 @@ mod tests {
         assert_eq!(v["error"], serde_json::Value::Null);
         assert_eq!(v["referer"], serde_json::Value::Null);
         assert_eq!(v["cached_tokens"], 32);
-        assert_eq!(v.as_object().unwrap().len(), 26);
+        assert_eq!(v["prefill_target"], serde_json::Value::Null);
+        assert_eq!(v.as_object().unwrap().len(), 27);
     }
 
     #[test]
@@ -361,7 +366,7 @@ mod tests {
             text,
             "203.0.113.5 - - [10/Oct/2000:13:55:36 +0000] \"POST /v1/chat/completions HTTP/1.1\" 200 612 \"-\" \"curl/8.5.0\" \
              request_id=abc123 key=team-alpha model=chat route=chat strategy=round_robin \
-             target=gpu-a/Qwen/Qwen3-8B attempts=2 upstream_status=200 request_bytes=97 \
+             target=gpu-a/Qwen/Qwen3-8B prefill_target=- attempts=2 upstream_status=200 request_bytes=97 \
              ttfb_ms=12.500 total_ms=13.125 client_cancel=false prompt_tokens=42 cached_tokens=32 \
              completion_tokens=16 error=- peer=10.0.0.1\n"
         );

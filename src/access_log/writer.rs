@@ -292,6 +292,7 @@ mod tests {
             route: None,
             strategy: None,
             target: None,
+            prefill_target: None,
             attempts: 0,
             upstream_status: None,
             bytes_sent: 0,

@@ -466,6 +466,12 @@ pub struct ProviderTable {
     /// in-flight count only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_metrics: Option<EngineMetricsTable>,
+    /// The port of the engine's SGLang bootstrap server (its
+    /// `--disaggregation-bootstrap-port`), on the base_url's host: required
+    /// for a prefill engine of a route with `disaggregation.protocol =
+    /// "sglang"`. Default: none; 1 to 65535.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap_port: Option<u16>,
 }
 
 /// `[providers.engine_metrics]`: where the engine's Prometheus metrics are
@@ -585,10 +591,53 @@ pub struct RouteTable {
     /// Default: every endpoint; each name at most once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<Vec<String>>,
-    /// Where requests for `model` go. Required, non-empty.
+    /// Where requests for `model` go. Required, non-empty (absent on a
+    /// route with `disaggregation`, which names its engines there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<TargetEntry>>,
+    /// Prefill/decode disaggregation: each generation request is prefilled
+    /// on one engine and decoded on another (docs/design/disaggregation.md).
+    /// Default: none (one engine serves a request whole).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<DisaggregationTable>,
 }
+
+/// `disaggregation` of a route: two pools of targets and the handshake
+/// between them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DisaggregationTable {
+    /// The engines' handshake: "vllm" (`kv_transfer_params`, prefill then
+    /// decode) or "sglang" (a bootstrap room, both at once). Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// The prefill engines, written like `targets`. Required, non-empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<Vec<TargetEntry>>,
+    /// The decode engines, written like `targets`. Required, non-empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode: Option<Vec<TargetEntry>>,
+    /// How a prefill engine is picked. Default: "cache_aware" (a prompt's
+    /// prefix is cached where it was prefilled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_strategy: Option<String>,
+    /// How a decode engine is picked. Default: "power_of_two".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_strategy: Option<String>,
+    /// Prompts shorter than this many tokens skip the prefill pool and run
+    /// whole on a decode engine. Tokens from the route's tokenizer or the
+    /// caller's token ids, else estimated at 4 bytes of prompt per token.
+    /// Default: 0 (every prompt is prefilled remotely); 0 to 10000000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_prefill_tokens: Option<u64>,
+}
+
+/// `disaggregation.prefill_strategy` when it is left out.
+pub const DEFAULT_PREFILL_STRATEGY: &str = "cache_aware";
+/// `disaggregation.decode_strategy` when it is left out.
+pub const DEFAULT_DECODE_STRATEGY: &str = "power_of_two";
+/// The largest `disaggregation.min_prefill_tokens`.
+pub const MAX_MIN_PREFILL_TOKENS: u64 = 10_000_000;
 
 /// `cache_guard` of a route or provider group.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -31,6 +31,7 @@
 mod adaptive;
 mod catalog;
 mod control_plane;
+mod disaggregation;
 mod edge;
 mod eligibility;
 mod endpoints;

@@ -88,6 +88,7 @@ fn record(
         route: route.map(|r| r.model.clone()),
         strategy: route.map(|r| r.strategy.as_str()),
         target,
+        prefill_target: ctx.pd.as_ref().and_then(|pd| pd.prefill_target.clone()),
         attempts: ctx.attempts,
         upstream_status: ctx.attempt.as_ref().and_then(|a| a.status),
         bytes_sent: session.body_bytes_sent() as u64,

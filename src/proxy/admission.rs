@@ -123,6 +123,10 @@ pub async fn admit(
         });
     let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request).await;
     Metrics::record_token_source(&route.metrics, source);
+    let disaggregated = route
+        .prefill
+        .as_ref()
+        .is_some_and(|pool| splits(pool, endpoint, &request));
     let priority = priority(session.req_header(), &caller)?;
     let session_key = session
         .req_header()
@@ -141,8 +145,33 @@ pub async fn admit(
         response_id: None,
         learns_response: endpoint == Endpoint::Responses,
         reads_usage: endpoint.reports_usage(),
+        disaggregated,
     });
     Ok(Next::Route)
+}
+
+/// Whether a request on a disaggregated route is prefilled on its prefill
+/// pool: a chat or completions request (what vLLM and SGLang split) whose
+/// prompt reaches `min_prefill_tokens`. Its tokens are the routing token
+/// ids where it has them (the caller's, or the route tokenizer's, bounded
+/// by its budget), else its text at 4 bytes a token. Counted either way.
+fn splits(
+    pool: &crate::snapshot::PrefillPool,
+    endpoint: Endpoint,
+    request: &ParsedRequest,
+) -> bool {
+    let generation = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions);
+    let tokens = request
+        .token_ids
+        .as_ref()
+        .map_or(request.prompt_len / 4, |ids| ids.len()) as u64;
+    let split = generation && tokens >= pool.min_prefill_tokens;
+    if split {
+        pool.counts.split.inc();
+    } else {
+        pool.counts.decode_only.inc();
+    }
+    split
 }
 
 /// Step 2's limits: in Redis while the fleet shares them there (one round
@@ -201,6 +230,7 @@ fn stored_response(
         response_id: Some(id.to_string()),
         learns_response: false,
         reads_usage: false,
+        disaggregated: false,
     });
     Ok(Next::Route)
 }

@@ -64,6 +64,8 @@ pub struct RequestCtx {
     pub last_failure: Option<String>,
     /// The request's trace while `[tracing]` is on.
     pub trace: Option<crate::traces::RequestTrace>,
+    /// A disaggregated request's prefill legs (`disaggregation.rs`).
+    pub pd: Option<PdState>,
 }
 
 /// A request `request_filter` let through: what it asked for and where it
@@ -88,6 +90,9 @@ pub struct Admitted {
     pub learns_response: bool,
     /// A generation request: its answer's `usage` is read (`openai/usage.rs`).
     pub reads_usage: bool,
+    /// Prefilled on the route's prefill pool before each decode attempt
+    /// (`disaggregation.rs`).
+    pub disaggregated: bool,
 }
 
 impl Admitted {
@@ -138,6 +143,21 @@ pub struct Attempt {
     pub usage_filter: Option<UsageChunkFilter>,
 }
 
+/// A disaggregated request's state across its decode attempts.
+#[derive(Default)]
+pub struct PdState {
+    /// Prefill targets whose leg failed for this request: not picked
+    /// again. One that prefilled may prefill again for a later attempt.
+    pub tried: TargetSet,
+    /// vLLM: the last prefill's `kv_transfer_params`.
+    pub handle: Option<serde_json::Value>,
+    /// The decode attempt given `handle` never reached its engine: the
+    /// handle may be used again.
+    pub handle_unused: bool,
+    /// The prefill target of the current attempt (`provider/model`).
+    pub prefill_target: Option<String>,
+}
+
 impl RequestCtx {
     pub fn new(active: ActiveRequest, snapshot: Arc<Snapshot>) -> Self {
         RequestCtx {
@@ -159,6 +179,7 @@ impl RequestCtx {
             error: None,
             last_failure: None,
             trace: None,
+            pd: None,
         }
     }
 

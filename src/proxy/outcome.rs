@@ -1,12 +1,12 @@
 //! How an attempt at a target ended, and what the gateway learns from it:
 //! counters, the circuit breaker, parking, metrics.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::ctx::RequestCtx;
 use crate::metrics::Metrics;
-use crate::tracker::{FailureReason, Transition};
+use crate::snapshot::{Limits, Target};
+use crate::tracker::{BreakerTicket, FailureReason, Transition};
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -69,21 +69,43 @@ impl Failure {
 /// while the target's failure log admits it (`tracker/failure_log.rs`),
 /// the parking it caused included; none past that.
 pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure) {
-    let now = crate::clock::now_ms();
-    let Some(target) = ctx.current_target() else {
+    let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
         return;
     };
-    let limits = &ctx.snapshot.limits;
-    let label = target.label.clone();
-    let metric_label = Arc::clone(&target.metrics.label);
-    let stats = Arc::clone(&target.stats);
+    let Some(target) = admitted.route.targets.get(attempt.target) else {
+        return;
+    };
+    let described = target_failed(
+        target,
+        &mut attempt.breaker,
+        &ctx.snapshot.limits,
+        metrics,
+        &failure,
+    );
+    ctx.last_failure = Some(described);
+}
+
+/// What a failure at `target` teaches: its counters, parking and breaker
+/// (through the attempt's `ticket`). Returns the failure as the final error
+/// message names it.
+pub fn target_failed(
+    target: &Target,
+    ticket: &mut BreakerTicket,
+    limits: &Limits,
+    metrics: &Metrics,
+    failure: &Failure,
+) -> String {
+    let now = crate::clock::now_ms();
+    let label = &target.label;
+    let metric_label = &target.metrics.label;
+    let stats = &target.stats;
     target.metrics.failures.inc();
 
     stats.record_failure();
-    metrics.record_upstream_failure(&metric_label, failure.reason());
+    metrics.record_upstream_failure(metric_label, failure.reason());
     match failure {
-        Failure::FirstByteTimeout => metrics.record_timeout(&metric_label, "first_byte"),
-        Failure::IdleTimeout => metrics.record_timeout(&metric_label, "idle"),
+        Failure::FirstByteTimeout => metrics.record_timeout(metric_label, "first_byte"),
+        Failure::IdleTimeout => metrics.record_timeout(metric_label, "idle"),
         _ => {}
     }
     let parked_until = failure.parks().map(|retry_after| {
@@ -101,28 +123,32 @@ pub fn attempt_failed(ctx: &mut RequestCtx, metrics: &Metrics, failure: Failure)
             None => log::warn!("{label}: {}", failure.describe()),
         }
     }
-    let breaker = limits.breaker;
-    if let Some(attempt) = ctx.attempt.as_mut() {
-        let transition = if failure.counts_for_breaker() {
-            attempt.breaker.failure(now, &breaker)
-        } else {
-            attempt.breaker.success()
-        };
-        report_transition(metrics, &label, &metric_label, transition);
-    }
-    ctx.last_failure = Some(format!("{label}: {}", failure.describe()));
+    let transition = if failure.counts_for_breaker() {
+        ticket.failure(now, &limits.breaker)
+    } else {
+        ticket.success()
+    };
+    report_transition(metrics, label, metric_label, transition);
+    format!("{label}: {}", failure.describe())
+}
+
+/// Records that `target` answered, through the attempt's breaker `ticket`.
+pub fn target_succeeded(target: &Target, ticket: &mut BreakerTicket, metrics: &Metrics) {
+    report_transition(
+        metrics,
+        &target.label,
+        &target.metrics.label,
+        ticket.success(),
+    );
 }
 
 /// Records that the target answered (any status the breaker does not count).
 pub fn attempt_succeeded(ctx: &mut RequestCtx, metrics: &Metrics) {
-    let Some((label, metric_label)) = ctx
-        .current_target()
-        .map(|t| (t.label.clone(), Arc::clone(&t.metrics.label)))
-    else {
+    let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
         return;
     };
-    if let Some(attempt) = ctx.attempt.as_mut() {
-        report_transition(metrics, &label, &metric_label, attempt.breaker.success());
+    if let Some(target) = admitted.route.targets.get(attempt.target) {
+        target_succeeded(target, &mut attempt.breaker, metrics);
     }
 }
 

@@ -29,6 +29,8 @@ pub struct Provider {
     pub max_loras: usize,
     /// Attempts this node sends the engine at once before it is saturated.
     pub max_concurrency: Option<u64>,
+    /// Its SGLang bootstrap server's port (`bootstrap_port`).
+    pub bootstrap_port: Option<u16>,
     /// Probe path of the active health check.
     pub health_path: String,
     /// Shared with every snapshot (see `health.rs`).
@@ -116,6 +118,7 @@ pub fn resolve(
         base_url: base.to_string(),
         max_loras: provider.max_loras,
         max_concurrency: provider.max_concurrency,
+        bootstrap_port: provider.bootstrap_port,
         health_path: provider.health_path.clone(),
         health,
     })

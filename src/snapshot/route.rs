@@ -139,4 +139,24 @@ pub struct Route {
     /// Where its requests wait under flow control; shared by the routes
     /// of one group or pinned provider, and across reloads.
     pub queue: Arc<crate::flow_control::RouteQueue>,
+    /// With `disaggregation`: the prefill pool in front of `targets`, which
+    /// are the decode pool.
+    pub prefill: Option<PrefillPool>,
+}
+
+/// The route label of a disaggregated route's prefill pool in metrics:
+/// `<model>:prefill`.
+pub const PREFILL_LABEL_SUFFIX: &str = ":prefill";
+
+/// A disaggregated route's prefill engines and how a request reaches them.
+pub struct PrefillPool {
+    pub protocol: crate::config::PdProtocol,
+    /// Shorter prompts skip the prefill pool.
+    pub min_prefill_tokens: u64,
+    /// The prefill engines with their own balancer, built once per
+    /// snapshot: a route of their own, so eligibility, the breaker and
+    /// parking apply to them as to any target.
+    pub route: Arc<Route>,
+    /// `rolter_disaggregation_requests_total` of the route, by path.
+    pub counts: crate::metrics::DisaggregationCounts,
 }

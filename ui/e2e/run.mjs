@@ -496,6 +496,34 @@ ${ADMIN_TOKENS}`,
     await page.getByTestId("telemetry-hint").waitFor();
     await screenshot(page, "route-editor-after-reload");
 
+    // --- A route split into prefill and decode pools -------------------------
+    log("create a disaggregated route");
+    await nav(page, "Routing rules");
+    await page.getByRole("link", { name: "New route" }).click();
+    await page.locator("#rule-model").fill("e2e-split");
+    await page.getByLabel("Provider of line 1").selectOption("gpu-kv");
+    await page.getByLabel("Split prefill and decode").check();
+    await page.locator("#rule-pd-protocol").selectOption("vllm");
+    await page.locator("#rule-pd-min").fill("128");
+    await page.getByLabel("Prefill provider of line 1").selectOption("file-gpu");
+    await page.getByRole("button", { name: "Create route" }).click();
+    await page.waitForURL(`${base}/ui/routes/edit/e2e-split`);
+    await page.getByTestId("saved").waitFor();
+    [status, body] = await api(control, "GET", "routes/e2e-split");
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.equal(body.data.targets, undefined, JSON.stringify(body));
+    assert.equal(body.data.disaggregation.protocol, "vllm", JSON.stringify(body));
+    assert.equal(body.data.disaggregation.min_prefill_tokens, 128, JSON.stringify(body));
+    assert.equal(body.data.disaggregation.prefill[0].provider, "file-gpu", JSON.stringify(body));
+    assert.equal(body.data.disaggregation.decode[0].provider, "gpu-kv", JSON.stringify(body));
+    await page.reload();
+    await page.getByTestId("rule-editor").waitFor();
+    assert.equal(await page.getByLabel("Split prefill and decode").isChecked(), true);
+    assert.equal(await page.getByLabel("Prefill provider of line 1").inputValue(), "file-gpu");
+    // Its decode pool names no strategy: it runs the decode default.
+    assert.match(await shownOption(page, "#rule-strategy"), /^power_of_two \(default/);
+    await screenshot(page, "route-editor-disaggregation");
+
     // --- A strategy the picker does not offer survives an unrelated edit ------
     log("save an unrelated edit of a route on adaptive");
     await page.goto(`${base}/ui/routes/edit/api-adaptive`);

@@ -1,5 +1,6 @@
 //! Command-line options of `rolter fake-llm`.
 
+use crate::disagg::{PdProtocol, PdRole};
 use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
 
 /// The longest output (in tokens) the fake engine agrees to generate, like
@@ -194,6 +195,17 @@ pub struct FakeLlmArgs {
     #[arg(long, value_name = "R", default_value_t = 0)]
     pub data_parallel_rank: u32,
 
+    /// Plays one side of a prefill/decode split (see `disagg`): a prefill
+    /// engine answers only requests that hand their KV cache over, a decode
+    /// engine only requests whose KV cache it can fetch. Default: neither.
+    #[arg(long, value_name = "ROLE", value_enum)]
+    pub pd_role: Option<PdRole>,
+
+    /// The handshake of `--pd-role`: vLLM's `kv_transfer_params` or SGLang's
+    /// bootstrap room.
+    #[arg(long, value_name = "PROTOCOL", value_enum, default_value_t = PdProtocol::Vllm)]
+    pub pd_protocol: PdProtocol,
+
     /// Worker threads of the runtime `run` builds.
     #[arg(
         long,
@@ -234,6 +246,8 @@ impl Default for FakeLlmArgs {
             kv_encoding: KvEncoding::Array,
             kv_hash_encoding: KvHashEncoding::U64,
             data_parallel_rank: 0,
+            pd_role: None,
+            pd_protocol: PdProtocol::Vllm,
             threads: 2,
         }
     }

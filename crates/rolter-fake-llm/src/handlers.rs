@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use super::answer::Answer;
 use super::args::MAX_OUTPUT_TOKENS;
 use super::control::{KvControl, Mode};
+use super::disagg;
 use super::error::{not_routed, ApiError};
 use super::kv::Prefill;
 use super::model::{embedding, generated_text};
@@ -95,6 +96,9 @@ pub(crate) async fn handle(
         "/fake/stats" if method == Method::GET => Json(stats(&engine)).into_response(),
         "/fake/occupancy" if method == Method::GET => Json(occupancy(&engine)).into_response(),
         "/fake/stats" | "/fake/occupancy" => not_routed(StatusCode::METHOD_NOT_ALLOWED),
+        path if path.starts_with("/fake/kv/") || path.starts_with("/fake/bootstrap/") => {
+            handed_over(&engine, path)
+        }
         path => {
             engine_request(
                 &engine,
@@ -238,7 +242,7 @@ async fn generate(
     }
     // A Responses continuation needs the response it continues, which only
     // the engine that answered it holds.
-    let fields: Value = if kind == GenerationKind::Responses {
+    let fields: Value = if kind == GenerationKind::Responses || engine.disagg.is_some() {
         serde_json::from_slice(body).unwrap_or_default()
     } else {
         Value::Null
@@ -257,7 +261,27 @@ async fn generate(
         GenerationKind::Responses => "resp",
     });
     let created = unix_seconds();
-    let prefill = engine.kv.admit(&request.prompts);
+    let handover = match &engine.disagg {
+        Some(disagg) => {
+            let digest = disagg::prompt_digest(&request.prompts);
+            match disagg
+                .check(&fields, digest, request.output_tokens, request.stream, &id)
+                .await
+            {
+                Ok(checked) => Some(checked),
+                Err(error) => {
+                    guard.complete();
+                    return error.into_response();
+                }
+            }
+        }
+        None => None,
+    };
+    let mut prefill = engine.kv.admit(&request.prompts);
+    if matches!(handover, Some(disagg::Checked::Decoded)) {
+        // The KV cache came from the prefill engine: nothing to compute.
+        prefill.cached_tokens = prefill.prompt_tokens;
+    }
     if kind == GenerationKind::Responses && fields.get("store") != Some(&Value::Bool(false)) {
         let answer = Answer {
             id: &id,
@@ -313,6 +337,9 @@ async fn generate(
             tokio::time::sleep(Duration::from_millis(decode_ms)).await;
         }
         let mut answer = completion_json(engine, &request, prefill, id, created, received);
+        if let Some(disagg::Checked::Prefilled(Some(params))) = handover {
+            answer["kv_transfer_params"] = params;
+        }
         if let Some(fake) = answer.get_mut("fake").and_then(Value::as_object_mut) {
             fake.insert("queue_ms".into(), json!(queue_ms));
         }
@@ -600,7 +627,26 @@ fn stats(engine: &Engine) -> Value {
     let (cache, events) = engine.kv.stats_json();
     doc["prefix_cache"] = cache;
     doc["kv_events"] = events;
+    if let Some(disagg) = &engine.disagg {
+        doc["pd"] = disagg.stats_json();
+    }
     doc
+}
+
+/// `GET /fake/kv/{id}` (vLLM) and `/fake/bootstrap/{room}` (SGLang): the
+/// prompt digest a prefill engine holds for a decode engine, given out
+/// once; 404 when it holds none (yet).
+fn handed_over(engine: &Engine, path: &str) -> Response {
+    let key = path.rsplit('/').next().unwrap_or_default();
+    let held = engine
+        .disagg
+        .as_ref()
+        .filter(|d| d.role == disagg::PdRole::Prefill)
+        .and_then(|d| d.take(key));
+    match held {
+        Some(digest) => Json(json!({ "digest": digest })).into_response(),
+        None => not_routed(StatusCode::NOT_FOUND),
+    }
 }
 
 /// `/fake/occupancy`: the signal the `lmcache_aware` strategy polls.

@@ -38,6 +38,11 @@
 //! with `--kv-replay`); `GET /fake/occupancy` answers the occupancy signal an
 //! LMCache-aware router polls, and `/metrics` adds the cache series.
 //!
+//! With `--pd-role prefill|decode` (and `--pd-protocol vllm|sglang`) it plays
+//! one side of a prefill/decode split and refuses a request whose handshake
+//! is missing or wrong ([`disagg`]); `/fake/stats` counts its prefills,
+//! verified decodes and refusals under `pd`.
+//!
 //! Failures are injected at start-up (`--fail-status`, `--fail-delay-ms`,
 //! `--hang`, `--reset-after-chunks`, `--retry-after`) or at run time through
 //! `POST /fake/control`, which also clears or "restarts" the cache and
@@ -49,6 +54,7 @@
 mod answer;
 mod args;
 mod control;
+mod disagg;
 mod error;
 mod handlers;
 mod kv;
@@ -79,6 +85,7 @@ use tokio::sync::watch;
 use args::MAX_OUTPUT_TOKENS;
 pub use args::{FakeLlmArgs, KvEncoding, KvHashEncoding, DEFAULT_BLOCK_SIZE};
 use control::Mode;
+pub use disagg::{PdProtocol, PdRole};
 use error::ApiError;
 use kv::{BoundSockets, KvState, Publisher, PublisherTasks, ReplayFraming};
 use stats::Stats;
@@ -114,11 +121,14 @@ struct Engine {
     /// Responses API answers kept for `GET /v1/responses/{id}` and
     /// `previous_response_id`, as vLLM keeps them (bounded here).
     responses: answer::ResponseStore,
+    /// Its side of a prefill/decode split, with `--pd-role`.
+    disagg: Option<disagg::Disagg>,
 }
 
 impl Engine {
     fn new(
         args: &FakeLlmArgs,
+        http: std::net::SocketAddr,
         publisher: Option<Publisher>,
         tokenizer: model_tokenizer::Tokenizer,
     ) -> Self {
@@ -151,6 +161,9 @@ impl Engine {
             id_seed,
             next_id: AtomicU64::new(0),
             responses: answer::ResponseStore::default(),
+            disagg: args
+                .pd_role
+                .map(|role| disagg::Disagg::new(role, args.pd_protocol, http)),
         }
     }
 
@@ -272,7 +285,12 @@ impl BoundEngine {
                 }
                 None => (None, None),
             };
-        let engine = Arc::new(Engine::new(&self.args, publisher, self.tokenizer));
+        let engine = Arc::new(Engine::new(
+            &self.args,
+            self.addresses.http,
+            publisher,
+            self.tokenizer,
+        ));
         // Held for as long as this future lives; dropping it closes every
         // connection (see `listener`).
         let (_serving, closed) = watch::channel(());

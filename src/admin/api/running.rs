@@ -19,8 +19,8 @@ use super::resources::{list_body, Endpoint};
 use super::response::{method_not_allowed, not_found, ApiResponse};
 use super::{require, Caller};
 use crate::config::file::{
-    CatalogTable, ConfigFile, EngineMetricsTable, GroupMemberEntry, KvEventsTable, LmcacheTable,
-    ProviderGroupTable, ProviderTable, RouteTable, TargetEntry,
+    CatalogTable, ConfigFile, DisaggregationTable, EngineMetricsTable, GroupMemberEntry,
+    KvEventsTable, LmcacheTable, ProviderGroupTable, ProviderTable, RouteTable, TargetEntry,
 };
 use crate::config::{Config, LmcacheFormat};
 use crate::control::store::{Catalog, ProviderGroups, Providers, Routes};
@@ -145,6 +145,7 @@ pub fn document(config: &Config) -> ConfigFile {
                     }
                 }),
                 max_concurrency: p.max_concurrency,
+                bootstrap_port: p.bootstrap_port,
                 engine_metrics: p.engine_metrics.as_ref().map(|m| EngineMetricsTable {
                     enabled: Some(true),
                     endpoint: Some(m.endpoint.clone()),
@@ -158,21 +159,26 @@ pub fn document(config: &Config) -> ConfigFile {
             .iter()
             .map(|r| RouteTable {
                 model: Some(r.model.clone()),
-                strategy: Some(r.strategy.as_str().to_owned()),
+                strategy: r
+                    .disaggregation
+                    .is_none()
+                    .then(|| r.strategy.as_str().to_owned()),
                 tokenizer: r.tokenizer.as_ref().map(|t| t.dir.display().to_string()),
                 tokenizer_budget_kib: r.tokenizer.as_ref().map(|t| (t.budget_bytes / 1024) as u32),
                 cache_guard: guard_table(r.cache_guard),
                 endpoints: endpoint_names(r.endpoints),
-                targets: Some(
-                    r.targets
-                        .iter()
-                        .map(|t| TargetEntry {
-                            provider: Some(t.provider.clone()),
-                            model: Some(t.model.clone()),
-                            weight: Some(t.weight),
-                        })
-                        .collect(),
-                ),
+                targets: r
+                    .disaggregation
+                    .is_none()
+                    .then(|| target_entries(&r.targets)),
+                disaggregation: r.disaggregation.as_ref().map(|d| DisaggregationTable {
+                    protocol: Some(d.protocol.as_str().to_owned()),
+                    prefill: Some(target_entries(&d.prefill)),
+                    decode: Some(target_entries(&r.targets)),
+                    prefill_strategy: Some(d.prefill_strategy.as_str().to_owned()),
+                    decode_strategy: Some(r.strategy.as_str().to_owned()),
+                    min_prefill_tokens: Some(d.min_prefill_tokens),
+                }),
             })
             .collect(),
         provider_groups: config
@@ -212,6 +218,17 @@ pub fn document(config: &Config) -> ConfigFile {
 }
 
 /// A validated guard as the file would write it; `None` for the default.
+fn target_entries(targets: &[crate::config::RouteTarget]) -> Vec<TargetEntry> {
+    targets
+        .iter()
+        .map(|t| TargetEntry {
+            provider: Some(t.provider.clone()),
+            model: Some(t.model.clone()),
+            weight: Some(t.weight),
+        })
+        .collect()
+}
+
 fn guard_table(guard: crate::config::CacheGuard) -> Option<crate::config::file::CacheGuardTable> {
     (guard != crate::config::CacheGuard::default()).then(|| crate::config::file::CacheGuardTable {
         min_load: guard.min_load,

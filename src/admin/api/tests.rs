@@ -42,6 +42,7 @@ fn file_rows() -> ConfigFile {
                 model: None,
                 weight: None,
             }]),
+            disaggregation: None,
         }],
         ..ConfigFile::default()
     }
@@ -501,6 +502,7 @@ async fn a_change_that_would_not_validate_answers_the_validators_messages() {
                 model: None,
                 weight: None,
             }]),
+            disaggregation: None,
         });
         let expected = config::parse_document("control-node", &candidate, &|_| None).unwrap_err();
         let problems = answer.body["error"]["errors"].as_array().unwrap();

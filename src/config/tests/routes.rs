@@ -247,3 +247,70 @@ fn endpoints_is_an_allow_list_of_known_names() {
         "routes[0].endpoints"
     );
 }
+
+#[test]
+fn disaggregation_names_two_pools_with_their_strategies() {
+    let text = with_providers(
+        "[[routes]]\nmodel = \"m\"\n\
+         disaggregation = { protocol = \"vllm\", prefill = [{ provider = \"gpu-a\" }], decode = [{ provider = \"gpu-b\", model = \"big\" }], min_prefill_tokens = 64 }\n",
+    );
+    let config = ok(&text);
+    let route = &config.routes[0];
+    // The decode pool is the route's own targets and strategy.
+    assert_eq!(route.targets.len(), 1);
+    assert_eq!(route.targets[0].provider, "gpu-b");
+    assert_eq!(route.targets[0].model, "big");
+    assert_eq!(route.strategy, StrategyKind::PowerOfTwo);
+    let split = route.disaggregation.as_ref().unwrap();
+    assert_eq!(split.protocol, crate::config::PdProtocol::Vllm);
+    assert_eq!(split.prefill_strategy, StrategyKind::CacheAware);
+    assert_eq!(split.prefill[0].model, "m");
+    assert_eq!(split.min_prefill_tokens, 64);
+}
+
+#[test]
+fn disaggregation_refuses_targets_beside_it_unknown_protocols_and_empty_pools() {
+    let text = with_providers(
+        "[[routes]]\nmodel = \"m\"\ntargets = [{ provider = \"gpu-a\" }]\n\
+         disaggregation = { protocol = \"dynamo\", prefill = [], decode = [{ provider = \"gpu-b\" }], min_prefill_tokens = 20000000 }\n",
+    );
+    let errors = errors(&text);
+    let fields: Vec<&str> = errors.iter().map(field).collect();
+    assert_eq!(
+        fields,
+        [
+            "routes[0].targets",
+            "routes[0].disaggregation.protocol",
+            "routes[0].disaggregation.min_prefill_tokens",
+            "routes[0].disaggregation.prefill",
+        ],
+        "{}",
+        ConfigErrors(errors.clone())
+    );
+    assert!(
+        errors[1].message.contains("known: vllm, sglang"),
+        "{}",
+        errors[1]
+    );
+}
+
+#[test]
+fn sglang_prefill_engines_need_a_bootstrap_port() {
+    let text = with_providers(
+        "[[routes]]\nmodel = \"m\"\n\
+         disaggregation = { protocol = \"sglang\", prefill = [{ provider = \"gpu-a\" }], decode = [{ provider = \"gpu-b\" }] }\n",
+    );
+    let error = only_error(&text);
+    assert_eq!(
+        field(&error),
+        "routes[0].disaggregation.prefill[0].provider"
+    );
+    assert!(error.message.contains("bootstrap_port"), "{error}");
+    let with_port = text.replacen(
+        "base_url = \"http://10.0.0.11:8000\"",
+        "base_url = \"http://10.0.0.11:8000\"\nbootstrap_port = 8998",
+        1,
+    );
+    let config = ok(&with_port);
+    assert_eq!(config.providers[0].bootstrap_port, Some(8998));
+}

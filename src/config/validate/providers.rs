@@ -186,6 +186,9 @@ impl Validator<'_> {
                 )
             });
 
+            if table.bootstrap_port == Some(0) {
+                self.error(at("bootstrap_port"), "must be between 1 and 65535");
+            }
             let valid = match (&name, base_url) {
                 (Some(name), Some(base_url)) if self.errors.len() == errors_before => {
                     Some(Provider {
@@ -198,6 +201,7 @@ impl Validator<'_> {
                         kv_events,
                         lmcache,
                         max_concurrency,
+                        bootstrap_port: table.bootstrap_port,
                         engine_metrics,
                         tls,
                     })

@@ -61,7 +61,28 @@ impl Validator<'_> {
                 }
             }
 
-            let strategy = self.strategy(&at("strategy"), table.strategy.as_deref());
+            let (strategy, written_targets, disaggregation) = match table.disaggregation {
+                None => (
+                    self.strategy(&at("strategy"), table.strategy.as_deref()),
+                    (at("targets"), table.targets),
+                    None,
+                ),
+                Some(written) => {
+                    for (field, set) in [
+                        ("targets", table.targets.is_some()),
+                        ("strategy", table.strategy.is_some()),
+                    ] {
+                        if set {
+                            self.error(
+                                at(field),
+                                "a route with disaggregation names its engines and strategies in disaggregation.prefill/decode and prefill_strategy/decode_strategy",
+                            );
+                        }
+                    }
+                    let pools = self.disaggregation(i, written, model.as_deref(), providers);
+                    (pools.decode_strategy, pools.decode, pools.disaggregation)
+                }
+            };
             let tokenizer = self.tokenizer(
                 &format!("routes[{i}]"),
                 table.tokenizer,
@@ -70,31 +91,13 @@ impl Validator<'_> {
             let cache_guard =
                 self.cache_guard(&format!("routes[{i}]"), table.cache_guard, strategy);
             let endpoints = self.endpoints(&format!("routes[{i}]"), table.endpoints);
-
-            let mut targets: Vec<RouteTarget> = Vec::new();
-            let written = self.non_empty(&at("targets"), table.targets, "target");
-            for (j, entry) in written.into_iter().enumerate() {
-                let field = format!("routes[{i}].targets[{j}]");
-                let Some(target) =
-                    self.target(&field, entry, model.as_deref(), strategy, providers)
-                else {
-                    continue;
-                };
-                if let Some(k) = targets
-                    .iter()
-                    .position(|t| t.provider == target.provider && t.model == target.model)
-                {
-                    self.error(
-                        field,
-                        format!(
-                            "duplicate target: provider {:?} with model {:?} is already targets[{k}]",
-                            target.provider, target.model
-                        ),
-                    );
-                } else {
-                    targets.push(target);
-                }
-            }
+            let targets = self.target_list(
+                &written_targets.0,
+                written_targets.1,
+                model.as_deref(),
+                strategy,
+                providers,
+            );
 
             if let (Some(model), Some(strategy)) = (model, strategy) {
                 if self.errors.len() == errors_before {
@@ -105,6 +108,7 @@ impl Validator<'_> {
                         tokenizer,
                         cache_guard,
                         endpoints,
+                        disaggregation,
                     });
                 }
             }
@@ -125,6 +129,42 @@ impl Validator<'_> {
             format!("unknown strategy {name:?} (known: {})", known.join(", ")),
         );
         None
+    }
+
+    /// The targets written at `field` (`routes[0].targets`): at least one,
+    /// each valid, no two alike.
+    pub(super) fn target_list(
+        &mut self,
+        field: &str,
+        written: Option<Vec<file::TargetEntry>>,
+        route_model: Option<&str>,
+        strategy: Option<StrategyKind>,
+        providers: &[ProviderEntry],
+    ) -> Vec<RouteTarget> {
+        let mut targets: Vec<RouteTarget> = Vec::new();
+        let list = field.rsplit('.').next().unwrap_or(field);
+        let written = self.non_empty(field, written, "target");
+        for (j, entry) in written.into_iter().enumerate() {
+            let here = format!("{field}[{j}]");
+            let Some(target) = self.target(&here, entry, route_model, strategy, providers) else {
+                continue;
+            };
+            if let Some(k) = targets
+                .iter()
+                .position(|t| t.provider == target.provider && t.model == target.model)
+            {
+                self.error(
+                    here,
+                    format!(
+                        "duplicate target: provider {:?} with model {:?} is already {list}[{k}]",
+                        target.provider, target.model
+                    ),
+                );
+            } else {
+                targets.push(target);
+            }
+        }
+        targets
     }
 
     fn target(

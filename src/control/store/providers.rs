@@ -33,6 +33,7 @@ impl Resource for Providers {
         "lmcache",
         "max_concurrency",
         "engine_metrics",
+        "bootstrap_port",
     ];
 
     fn key_field(row: &ProviderTable) -> &Option<String> {
@@ -78,7 +79,8 @@ impl Resource for Providers {
             .bind(values.kv_events)
             .bind(values.lmcache)
             .bind(values.max_concurrency)
-            .bind(values.engine_metrics))
+            .bind(values.engine_metrics)
+            .bind(row.bootstrap_port.map(i32::from)))
     }
 }
 
@@ -168,6 +170,14 @@ fn provider(row: &PgRow) -> Result<ProviderTable, StoreError> {
             "engine_metrics",
             column(row, "engine_metrics", context)?,
         )?,
+        bootstrap_port: column::<Option<i32>>(row, "bootstrap_port", context)?
+            .map(|port| {
+                u16::try_from(port).map_err(|_| StoreError::Corrupt {
+                    context: format!("provider `{slug}`"),
+                    message: format!("bootstrap_port {port} is out of range"),
+                })
+            })
+            .transpose()?,
         slug: Some(slug),
     })
 }

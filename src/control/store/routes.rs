@@ -245,6 +245,7 @@ impl Resource for Routes {
         "cache_guard_min_load",
         "cache_guard_load_ratio",
         "endpoints",
+        "disaggregation",
     ];
 
     fn key_field(row: &RouteTable) -> &Option<String> {
@@ -276,6 +277,14 @@ impl Resource for Routes {
             )?,
             cache_guard: guard_of(row, ResourceKind::Route, &model, "routes")?,
             endpoints: column(row, "endpoints", "routes")?,
+            disaggregation: column::<Option<serde_json::Value>>(row, "disaggregation", "routes")?
+                .map(|value| {
+                    serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
+                        context: format!("route `{model}`"),
+                        message: format!("disaggregation: {e}"),
+                    })
+                })
+                .transpose()?,
             model: Some(model),
             targets: None,
         })
@@ -283,16 +292,28 @@ impl Resource for Routes {
 
     fn bind_columns<'q>(
         query: PgQuery<'q>,
-        _key: &str,
+        key: &str,
         row: &'q RouteTable,
     ) -> Result<PgQuery<'q>, StoreError> {
+        let disaggregation = row
+            .disaggregation
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| StoreError::Invalid {
+                kind: ResourceKind::Route,
+                key: key.to_owned(),
+                field: "disaggregation",
+                message: e.to_string(),
+            })?;
         Ok(query
             .bind(&row.strategy)
             .bind(&row.tokenizer)
             .bind(row.tokenizer_budget_kib.map(i64::from))
             .bind(guard_min_load(&row.cache_guard))
             .bind(row.cache_guard.as_ref().and_then(|g| g.load_ratio))
-            .bind(&row.endpoints))
+            .bind(&row.endpoints)
+            .bind(disaggregation))
     }
 
     async fn read_children(
@@ -303,7 +324,9 @@ impl Resource for Routes {
         let mut children = ROUTES.children_by_parent(conn, &keys).await?;
         for row in rows {
             let mine = row.model.as_ref().and_then(|key| children.remove(key));
-            row.targets = Some(entries(mine.unwrap_or_default()));
+            let targets = entries(mine.unwrap_or_default());
+            // A disaggregated route keeps its engines in `disaggregation`.
+            row.targets = (!targets.is_empty() || row.disaggregation.is_none()).then_some(targets);
         }
         Ok(())
     }

@@ -9,9 +9,9 @@ use chrono::Utc;
 use super::test_db::TestDb;
 use super::*;
 use crate::config::file::{
-    AdminTokenTable, ApiKeyTable, CacheGuardTable, CatalogTable, EngineMetricsTable,
-    GroupMemberEntry, KvEventsTable, LmcacheTable, ProviderGroupTable, ProviderTable, RouteTable,
-    SaltedDigestTable, TargetEntry,
+    AdminTokenTable, ApiKeyTable, CacheGuardTable, CatalogTable, DisaggregationTable,
+    EngineMetricsTable, GroupMemberEntry, KvEventsTable, LmcacheTable, ProviderGroupTable,
+    ProviderTable, RouteTable, SaltedDigestTable, TargetEntry,
 };
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -65,7 +65,7 @@ async fn migrations_apply_to_an_empty_database_and_a_second_run_is_a_no_op() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-            vec![1, 2, 3, 4, 5],
+            vec![1, 2, 3, 4, 5, 6],
             "{applied:?}"
         );
         assert!(store.migrate().await.unwrap().is_empty());
@@ -124,6 +124,7 @@ async fn provider_round_trips_with_its_kv_events_and_lmcache_sources() {
                 stale_after_secs: Some(30),
             }),
             max_concurrency: Some(8),
+            bootstrap_port: Some(8998),
             engine_metrics: Some(EngineMetricsTable {
                 enabled: Some(true),
                 endpoint: Some("http://10.0.0.11:8000/metrics".to_owned()),
@@ -199,9 +200,27 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
                 target("gpu-a", None, None),
                 target("gpu-c", Some("m"), Some(1)),
             ]),
+            disaggregation: None,
         };
         let (_, stored) = store.create::<Routes>("ops", &route).await.unwrap();
         assert_eq!(stored, route);
+
+        // A disaggregated route keeps its pools in `disaggregation` and
+        // reads back without targets.
+        let split = RouteTable {
+            model: Some("org/split".to_owned()),
+            disaggregation: Some(DisaggregationTable {
+                protocol: Some("sglang".to_owned()),
+                prefill: Some(vec![target("gpu-a", None, None)]),
+                decode: Some(vec![target("gpu-b", Some("m"), Some(3))]),
+                prefill_strategy: None,
+                decode_strategy: Some("least_load".to_owned()),
+                min_prefill_tokens: Some(256),
+            }),
+            ..RouteTable::default()
+        };
+        let (_, stored) = store.create::<Routes>("ops", &split).await.unwrap();
+        assert_eq!(stored, split);
 
         let shorter = RouteTable {
             model: None,
@@ -211,6 +230,7 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
             cache_guard: None,
             endpoints: None,
             targets: Some(vec![target("gpu-c", None, Some(7))]),
+            disaggregation: None,
         };
         let (_, stored) = store
             .update::<Routes>("ops", "org/chat", &shorter)
@@ -257,7 +277,10 @@ async fn route_targets_and_group_members_keep_their_order_and_are_replaced_on_up
         let (_, document) = store.document().await.unwrap();
         assert_eq!(
             document.routes,
-            vec![stored_route(&store, "org/chat").await]
+            vec![
+                stored_route(&store, "org/chat").await,
+                stored_route(&store, "org/split").await
+            ]
         );
         assert_eq!(document.provider_groups, vec![stored]);
 

@@ -21,9 +21,11 @@ export function StrategyPicker(props: {
   providers: ProviderRow[];
   /// "route" or "provider group", in the hint.
   noun: string;
+  /// What the row runs when it names no strategy, if not the default.
+  fallback?: string;
 }) {
-  const options = pickerOptions(props.held);
-  const strategy = effectiveStrategy(props.value);
+  const options = pickerOptions(props.held, props.fallback);
+  const strategy = effectiveStrategy(props.value, props.fallback);
   return (
     <div>
       <select

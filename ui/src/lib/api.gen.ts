@@ -904,6 +904,36 @@ export interface components {
             fallback: number;
         };
         /**
+         * @description `disaggregation` of a route: two pools of targets and the handshake
+         *     between them.
+         */
+        DisaggregationTable: {
+            /** @description The decode engines, written like `targets`. Required, non-empty. */
+            decode?: components["schemas"]["TargetEntry"][] | null;
+            /** @description How a decode engine is picked. Default: "power_of_two". */
+            decode_strategy?: string | null;
+            /**
+             * Format: int64
+             * @description Prompts shorter than this many tokens skip the prefill pool and run
+             *     whole on a decode engine. Tokens from the route's tokenizer or the
+             *     caller's token ids, else estimated at 4 bytes of prompt per token.
+             *     Default: 0 (every prompt is prefilled remotely); 0 to 10000000.
+             */
+            min_prefill_tokens?: number | null;
+            /** @description The prefill engines, written like `targets`. Required, non-empty. */
+            prefill?: components["schemas"]["TargetEntry"][] | null;
+            /**
+             * @description How a prefill engine is picked. Default: "cache_aware" (a prompt's
+             *     prefix is cached where it was prefilled).
+             */
+            prefill_strategy?: string | null;
+            /**
+             * @description The engines' handshake: "vllm" (`kv_transfer_params`, prefill then
+             *     decode) or "sglang" (a bootstrap room, both at once). Required.
+             */
+            protocol?: string | null;
+        };
+        /**
          * @description `[providers.engine_metrics]`: where the engine's Prometheus metrics are
          *     read, for a load every gateway node agrees on.
          */
@@ -1407,6 +1437,14 @@ export interface components {
                  */
                 base_url?: string | null;
                 /**
+                 * Format: int32
+                 * @description The port of the engine's SGLang bootstrap server (its
+                 *     `--disaggregation-bootstrap-port`), on the base_url's host: required
+                 *     for a prefill engine of a route with `disaggregation.protocol =
+                 *     "sglang"`. Default: none; 1 to 65535.
+                 */
+                bootstrap_port?: number | null;
+                /**
                  * @description PEM bundle of CAs trusted for an `https://` base_url, on top of the
                  *     system roots (a private CA). Must exist and be readable. Default:
                  *     the system roots only. Warned about on an `http://` provider.
@@ -1451,6 +1489,7 @@ export interface components {
         Listing_RouteTable: {
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                disaggregation?: null | components["schemas"]["DisaggregationTable"];
                 /**
                  * @description The API endpoints requests for this model may use, by name:
                  *     "chat/completions", "completions", "embeddings", "responses" (with
@@ -1470,7 +1509,10 @@ export interface components {
                  *     "round_robin".
                  */
                 strategy?: string | null;
-                /** @description Where requests for `model` go. Required, non-empty. */
+                /**
+                 * @description Where requests for `model` go. Required, non-empty (absent on a
+                 *     route with `disaggregation`, which names its engines there).
+                 */
                 targets?: components["schemas"]["TargetEntry"][] | null;
                 /**
                  * @description Local Hugging Face model directory (`tokenizer.json`,
@@ -1661,6 +1703,32 @@ export interface components {
             /** Format: int64 */
             polls: number;
         };
+        /** @description A disaggregated route's prefill pool. */
+        PrefillView: {
+            /**
+             * Format: int64
+             * @description Requests served whole by a decode engine (short prompts, endpoints
+             *     that are not split).
+             */
+            decode_only: number;
+            /** Format: int64 */
+            min_prefill_tokens: number;
+            /**
+             * Format: int64
+             * @description Requests no prefill engine could take.
+             */
+            prefill_failed: number;
+            /** @description `vllm` or `sglang`. */
+            protocol: string;
+            report: components["schemas"]["ReportView"];
+            /**
+             * Format: int64
+             * @description Requests prefilled here and decoded on the route's targets.
+             */
+            split: number;
+            strategy: string;
+            targets: components["schemas"]["TargetView"][];
+        };
         /** @description A configuration problem, at its field path. */
         Problem: {
             /** @description `providers[0].base_url`; `null` for a problem of the whole document. */
@@ -1730,6 +1798,14 @@ export interface components {
              *     the trailing `/v1` (rolter adds it). Required. Default port: 80 / 443.
              */
             base_url?: string | null;
+            /**
+             * Format: int32
+             * @description The port of the engine's SGLang bootstrap server (its
+             *     `--disaggregation-bootstrap-port`), on the base_url's host: required
+             *     for a prefill engine of a route with `disaggregation.protocol =
+             *     "sglang"`. Default: none; 1 to 65535.
+             */
+            bootstrap_port?: number | null;
             /**
              * @description PEM bundle of CAs trusted for an `https://` base_url, on top of the
              *     system roots (a private CA). Must exist and be readable. Default:
@@ -1920,6 +1996,7 @@ export interface components {
         /** @description One `[[routes]]` entry: a public model name and its targets. */
         RouteTable: {
             cache_guard?: null | components["schemas"]["CacheGuardTable"];
+            disaggregation?: null | components["schemas"]["DisaggregationTable"];
             /**
              * @description The API endpoints requests for this model may use, by name:
              *     "chat/completions", "completions", "embeddings", "responses" (with
@@ -1939,7 +2016,10 @@ export interface components {
              *     "round_robin".
              */
             strategy?: string | null;
-            /** @description Where requests for `model` go. Required, non-empty. */
+            /**
+             * @description Where requests for `model` go. Required, non-empty (absent on a
+             *     route with `disaggregation`, which names its engines there).
+             */
             targets?: components["schemas"]["TargetEntry"][] | null;
             /**
              * @description Local Hugging Face model directory (`tokenizer.json`,
@@ -1983,6 +2063,7 @@ export interface components {
              */
             health_panic: boolean;
             model: string;
+            prefill?: null | components["schemas"]["PrefillView"];
             /**
              * Format: int64
              * @description Requests waiting in flow control for one of its targets.
@@ -1991,6 +2072,7 @@ export interface components {
             reads_weights: boolean;
             report: components["schemas"]["ReportView"];
             strategy: string;
+            /** @description Its targets: with `prefill`, the decode engines. */
             targets: components["schemas"]["TargetView"][];
             /** @description Where its requests' routing token ids came from. */
             token_sources: components["schemas"]["TokenSourceView"][];
@@ -2138,6 +2220,14 @@ export interface components {
                  */
                 base_url?: string | null;
                 /**
+                 * Format: int32
+                 * @description The port of the engine's SGLang bootstrap server (its
+                 *     `--disaggregation-bootstrap-port`), on the base_url's host: required
+                 *     for a prefill engine of a route with `disaggregation.protocol =
+                 *     "sglang"`. Default: none; 1 to 65535.
+                 */
+                bootstrap_port?: number | null;
+                /**
                  * @description PEM bundle of CAs trusted for an `https://` base_url, on top of the
                  *     system roots (a private CA). Must exist and be readable. Default:
                  *     the system roots only. Warned about on an `http://` provider.
@@ -2181,6 +2271,7 @@ export interface components {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                disaggregation?: null | components["schemas"]["DisaggregationTable"];
                 /**
                  * @description The API endpoints requests for this model may use, by name:
                  *     "chat/completions", "completions", "embeddings", "responses" (with
@@ -2200,7 +2291,10 @@ export interface components {
                  *     "round_robin".
                  */
                 strategy?: string | null;
-                /** @description Where requests for `model` go. Required, non-empty. */
+                /**
+                 * @description Where requests for `model` go. Required, non-empty (absent on a
+                 *     route with `disaggregation`, which names its engines there).
+                 */
                 targets?: components["schemas"]["TargetEntry"][] | null;
                 /**
                  * @description Local Hugging Face model directory (`tokenizer.json`,
@@ -2846,6 +2940,14 @@ export interface components {
                  */
                 base_url?: string | null;
                 /**
+                 * Format: int32
+                 * @description The port of the engine's SGLang bootstrap server (its
+                 *     `--disaggregation-bootstrap-port`), on the base_url's host: required
+                 *     for a prefill engine of a route with `disaggregation.protocol =
+                 *     "sglang"`. Default: none; 1 to 65535.
+                 */
+                bootstrap_port?: number | null;
+                /**
                  * @description PEM bundle of CAs trusted for an `https://` base_url, on top of the
                  *     system roots (a private CA). Must exist and be readable. Default:
                  *     the system roots only. Warned about on an `http://` provider.
@@ -2900,6 +3002,7 @@ export interface components {
             /** @description One `[[routes]]` entry: a public model name and its targets. */
             data: {
                 cache_guard?: null | components["schemas"]["CacheGuardTable"];
+                disaggregation?: null | components["schemas"]["DisaggregationTable"];
                 /**
                  * @description The API endpoints requests for this model may use, by name:
                  *     "chat/completions", "completions", "embeddings", "responses" (with
@@ -2919,7 +3022,10 @@ export interface components {
                  *     "round_robin".
                  */
                 strategy?: string | null;
-                /** @description Where requests for `model` go. Required, non-empty. */
+                /**
+                 * @description Where requests for `model` go. Required, non-empty (absent on a
+                 *     route with `disaggregation`, which names its engines there).
+                 */
                 targets?: components["schemas"]["TargetEntry"][] | null;
                 /**
                  * @description Local Hugging Face model directory (`tokenizer.json`,
@@ -5904,6 +6010,14 @@ export const FIELD_HELP = {
     "poll_interval_secs": "Extension. Time between two snapshot polls of a gateway, in seconds. Default: 5; 1 to 300.",
     "telemetry_interval_secs": "Extension. Time between two telemetry pushes of a gateway, in seconds. Default: 15; 1 to 300."
   },
+  "DisaggregationTable": {
+    "protocol": "The engines' handshake: \"vllm\" (`kv_transfer_params`, prefill then decode) or \"sglang\" (a bootstrap room, both at once). Required.",
+    "prefill": "The prefill engines, written like `targets`. Required, non-empty.",
+    "decode": "The decode engines, written like `targets`. Required, non-empty.",
+    "prefill_strategy": "How a prefill engine is picked. Default: \"cache_aware\" (a prompt's prefix is cached where it was prefilled).",
+    "decode_strategy": "How a decode engine is picked. Default: \"power_of_two\".",
+    "min_prefill_tokens": "Prompts shorter than this many tokens skip the prefill pool and run whole on a decode engine. Tokens from the route's tokenizer or the caller's token ids, else estimated at 4 bytes of prompt per token. Default: 0 (every prompt is prefilled remotely); 0 to 10000000."
+  },
   "EngineMetricsTable": {
     "enabled": "Extension. Whether the metrics are read. Default: true (the table being there turns them on).",
     "endpoint": "\"http(s)://host[:port][/path]\". Default: the provider's base_url followed by \"/metrics\".",
@@ -6045,6 +6159,12 @@ export const FIELD_HELP = {
     "fresh": "The engine's readings are used now.",
     "age_ms": "Since the last good poll; `None` before the first."
   },
+  "PrefillView": {
+    "protocol": "`vllm` or `sglang`.",
+    "split": "Requests prefilled here and decoded on the route's targets.",
+    "decode_only": "Requests served whole by a decode engine (short prompts, endpoints that are not split).",
+    "prefill_failed": "Requests no prefill engine could take."
+  },
   "Problem": {
     "field": "`providers[0].base_url`; `null` for a problem of the whole document."
   },
@@ -6066,7 +6186,8 @@ export const FIELD_HELP = {
     "max_loras": "How many LoRA adapters the engine holds resident at once: set it to the engine's vLLM `--max-loras`. `lora_aware` remembers that many adapters per target. Default: 8; 1 to 1024.",
     "ca_file": "PEM bundle of CAs trusted for an `https://` base_url, on top of the system roots (a private CA). Must exist and be readable. Default: the system roots only. Warned about on an `http://` provider.",
     "tls_verify": "Whether an `https://` provider's certificate is verified. Default: true; false is warned about at start.",
-    "max_concurrency": "Extension. Requests this gateway node sends the engine at once; at this many the engine is saturated (see `[saturation]`). Default: none (no limit); 1 to 1000000."
+    "max_concurrency": "Extension. Requests this gateway node sends the engine at once; at this many the engine is saturated (see `[saturation]`). Default: none (no limit); 1 to 1000000.",
+    "bootstrap_port": "The port of the engine's SGLang bootstrap server (its `--disaggregation-bootstrap-port`), on the base_url's host: required for a prefill engine of a route with `disaggregation.protocol = \"sglang\"`. Default: none; 1 to 65535."
   },
   "Ranking": {
     "policy": "The policy the node runs (it may lag the stored one)."
@@ -6112,7 +6233,7 @@ export const FIELD_HELP = {
     "tokenizer": "Local Hugging Face model directory (`tokenizer.json`, `tokenizer_config.json`, optionally `chat_template.jinja`) of the model the engines serve: the gateway renders and tokenizes requests with it so `precise_cache_aware` and the KV-block scorer match requests that carry only text. Relative to the working directory. Default: none (token ids only from the caller).",
     "tokenizer_budget_kib": "How much of a request's rendered text is tokenized for routing, in KiB; routing reads the beginning of a conversation. Default: 64; 1 to 4096. Read only with `tokenizer`.",
     "endpoints": "The API endpoints requests for this model may use, by name: \"chat/completions\", \"completions\", \"embeddings\", \"responses\" (with `/v1/responses/{id}`), \"messages\", \"messages/count_tokens\", \"rerank\", \"score\", \"tokenize\", \"detokenize\", \"audio/transcriptions\", \"audio/translations\". A request on another endpoint gets a 404. Default: every endpoint; each name at most once.",
-    "targets": "Where requests for `model` go. Required, non-empty."
+    "targets": "Where requests for `model` go. Required, non-empty (absent on a route with `disaggregation`, which names its engines there)."
   },
   "RouteTelemetry": {
     "model": "The route's public model."
@@ -6123,7 +6244,8 @@ export const FIELD_HELP = {
   "RouteView": {
     "health_panic": "Active health checks mark every target down and requests are routed across them anyway (`proxy/select.rs`).",
     "token_sources": "Where its requests' routing token ids came from.",
-    "queued": "Requests waiting in flow control for one of its targets."
+    "queued": "Requests waiting in flow control for one of its targets.",
+    "targets": "Its targets: with `prefill`, the decode engines."
   },
   "RowAnswer_AdminTokenView": {
     "data": "An admin token as the control API shows it: never the token, nor a digest of it."

@@ -34,6 +34,15 @@ describe("the strategy picker offers", () => {
   });
 });
 
+describe("a row that names no strategy", () => {
+  it("shows what it runs: the default, or the caller's fallback", () => {
+    expect(pickerOptions(undefined)[0].label).toBe("round_robin (default; not set on this row)");
+    expect(pickerOptions(undefined, "power_of_two")[0].label).toBe("power_of_two (default; not set on this row)");
+    expect(effectiveStrategy(UNSET, "power_of_two")).toBe("power_of_two");
+    expect(effectiveStrategy("weighted", "power_of_two")).toBe("weighted");
+  });
+});
+
 describe("the picker renders the held value", () => {
   it.each(["adaptive", "brand_new_strategy", "round_robin", "lora_aware"])(
     "%s, even when it would not offer it",

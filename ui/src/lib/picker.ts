@@ -41,12 +41,14 @@ export function heldReason(value: string): string {
 
 /// The options for a row holding `held` (`undefined`: it names none). The
 /// held value is always among them, first when it is outside the offer.
-export function pickerOptions(held: string | undefined | null): PickerOption[] {
+/// `fallback` is what the row runs when it names none (a disaggregated
+/// route's decode pool defaults to power_of_two).
+export function pickerOptions(held: string | undefined | null, fallback: string = DEFAULT_STRATEGY): PickerOption[] {
   const options: PickerOption[] = [];
   if (held == null) {
     options.push({
       value: UNSET,
-      label: `${DEFAULT_STRATEGY} (default; not set on this row)`,
+      label: `${fallback} (default; not set on this row)`,
       heldOnly: true,
     });
   } else if (!(OFFERED as readonly string[]).includes(held)) {
@@ -80,10 +82,10 @@ export function strategyToSave(
   return selected === UNSET ? original : selected;
 }
 
-/// The strategy a route runs, for hints and shares (`undefined` is the
-/// default).
-export function effectiveStrategy(value: string | undefined | null): string {
-  return value == null || value === UNSET ? DEFAULT_STRATEGY : value;
+/// The strategy a route runs, for hints and shares (`undefined` is
+/// `fallback`, the default).
+export function effectiveStrategy(value: string | undefined | null, fallback: string = DEFAULT_STRATEGY): string {
+  return value == null || value === UNSET ? fallback : value;
 }
 
 /// The telemetry source the strategy needs on its target providers, if any.

@@ -28,6 +28,11 @@ import { FIELD_HELP } from "../lib/api.gen";
 const TOKENIZER_HELP = FIELD_HELP.RouteTable;
 /// The Rust field docs of `cache_guard`.
 const GUARD_HELP = FIELD_HELP.CacheGuardTable;
+/// `disaggregation.decode_strategy` when it is left out (the gateway's
+/// `DEFAULT_DECODE_STRATEGY`).
+const DECODE_DEFAULT_STRATEGY = "power_of_two";
+/// The Rust field docs of `disaggregation`.
+const SPLIT_HELP = FIELD_HELP.DisaggregationTable;
 
 /** The strategies that read `cache_guard`, and their defaults (the balancer's
  * `CacheGuard::default()` and `CacheGuard::PRECISE`). */
@@ -124,10 +129,20 @@ function EditorForm(props: {
   const [guardMin, setGuardMin] = useState(fieldText(original?.cache_guard?.min_load));
   const [guardRatio, setGuardRatio] = useState(fieldText(original?.cache_guard?.load_ratio));
   const [endpoints, setEndpoints] = useState((original?.endpoints ?? []).join(", "));
-  const held = original?.strategy;
+  // A route with `disaggregation`: its own targets and strategy are the
+  // decode pool's, the prefill pool is edited below them.
+  const heldSplit = route?.disaggregation ?? null;
+  const [split, setSplit] = useState(heldSplit !== null);
+  const [protocol, setProtocol] = useState(heldSplit?.protocol ?? "vllm");
+  const [prefillStrategy, setPrefillStrategy] = useState(fieldText(heldSplit?.prefill_strategy));
+  const [minPrefill, setMinPrefill] = useState(fieldText(heldSplit?.min_prefill_tokens));
+  const [prefillDrafts, setPrefillDrafts] = useState<EntryDraft[]>(() =>
+    heldSplit?.prefill?.length ? heldSplit.prefill.map(draftOf) : [newDraft(props.providers[0]?.slug ?? "")],
+  );
+  const held = heldSplit ? heldSplit.decode_strategy : original?.strategy;
   const [strategy, setStrategy] = useState(pickerValue(held));
   const [touched, setTouched] = useState(false);
-  const initialEntries = (kind === "route" ? route?.targets : group?.members) ?? [];
+  const initialEntries = (kind === "route" ? heldSplit?.decode ?? route?.targets : group?.members) ?? [];
   const [drafts, setDrafts] = useState<EntryDraft[]>(() =>
     initialEntries.length ? initialEntries.map(draftOf) : [newDraft(props.providers[0]?.slug ?? "")],
   );
@@ -145,26 +160,30 @@ function EditorForm(props: {
     endpoints,
     strategy,
     drafts.map((d) => [d.provider, d.model, d.weight]),
+    split,
+    protocol,
+    prefillStrategy,
+    minPrefill,
+    prefillDrafts.map((d) => [d.provider, d.model, d.weight]),
   ]);
   const [savedText, setSavedText] = useState(formText);
   const dirty = !readOnly && formText !== savedText;
   // The node's problems by the field they name, shown beside it.
   const problems = rowProblems(error, kind === "route" ? "routes" : "provider_groups");
-  const entryKey = kind === "route" ? "targets" : "members";
-  const lineProblems = (i: number) =>
+  const entryKey = kind === "route" ? (split ? "disaggregation.decode" : "targets") : "members";
+  const linesProblems = (key: string) => (i: number) =>
     Object.entries(problems)
-      .filter(([field]) => field.startsWith(`${entryKey}[${i}]`))
-      .map(([field, message]) => `${field.slice(`${entryKey}[${i}]`.length).replace(/^\./, "") || "line"}: ${message}`);
+      .filter(([field]) => field.startsWith(`${key}[${i}]`))
+      .map(([field, message]) => `${field.slice(`${key}[${i}]`.length).replace(/^\./, "") || "line"}: ${message}`);
   useLeaveGuard(dirty && !busy);
   // "Saved" is about the form as saved: the next edit clears it.
   const saved = busy || error || dirty ? null : props.saved;
 
-  const effective = effectiveStrategy(strategy);
+  // A split route's decode pool runs power_of_two when it names none.
+  const fallback = kind === "route" && split ? DECODE_DEFAULT_STRATEGY : undefined;
+  const effective = effectiveStrategy(strategy, fallback);
   const guardDefault = GUARD_DEFAULTS[effective];
   const shares = trafficShares(effective, drafts.map((d) => ({ weight: /^\d+$/.test(d.weight) ? Number(d.weight) : null })));
-
-  const update = (id: number, patch: Partial<EntryDraft>) =>
-    setDrafts((all) => all.map((d) => (d.id === id ? { ...d, ...patch } : d)));
 
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -205,11 +224,31 @@ function EditorForm(props: {
       ...entryErrors,
     ];
     if (entries.length === 0) problems.push(`a ${noun} needs at least one ${kind === "route" ? "target" : "member"}`);
-    if (problems.length) return setError(problems.join("; "));
     const chosen = strategyToSave(held, strategy, touched);
-    if (chosen === undefined) delete row.strategy;
-    else row.strategy = chosen;
-    row[kind === "route" ? "targets" : "members"] = entries;
+    if (kind === "route" && split) {
+      const prefill = entriesOf(prefillDrafts);
+      problems.push(...prefill.errors.map((e) => `prefill ${e}`));
+      if (prefill.entries.length === 0) problems.push("a split route needs at least one prefill target");
+      const pools = applyEdits<Record<string, unknown>>((heldSplit ?? {}) as Record<string, unknown>, [
+        { key: "protocol", kind: "text", text: protocol },
+        { key: "prefill_strategy", kind: "text", text: prefillStrategy },
+        { key: "min_prefill_tokens", kind: "int", text: minPrefill },
+      ]);
+      problems.push(...Object.entries(pools.errors).map(([f, m]) => `disaggregation.${f}: ${m}`));
+      pools.row.prefill = prefill.entries;
+      pools.row.decode = entries;
+      if (chosen === undefined) delete pools.row.decode_strategy;
+      else pools.row.decode_strategy = chosen;
+      row.disaggregation = pools.row;
+      delete row.targets;
+      delete row.strategy;
+    } else {
+      delete row.disaggregation;
+      if (chosen === undefined) delete row.strategy;
+      else row.strategy = chosen;
+      row[kind === "route" ? "targets" : "members"] = entries;
+    }
+    if (problems.length) return setError(problems.join("; "));
 
     const collection = kind === "route" ? "routes" : "provider-groups";
     setBusy(true);
@@ -306,7 +345,7 @@ function EditorForm(props: {
                 </div>
               </>
             )}
-            <label htmlFor="rule-strategy">Strategy</label>
+            <label htmlFor="rule-strategy">{split ? "Decode strategy" : "Strategy"}</label>
             <StrategyPicker
               id="rule-strategy"
               held={held}
@@ -317,6 +356,7 @@ function EditorForm(props: {
               }}
               disabled={readOnly}
               noun={noun}
+              fallback={fallback}
               targetProviders={drafts.map((d) => d.provider)}
               providers={props.providers}
             />
@@ -386,72 +426,95 @@ function EditorForm(props: {
               </>
             )}
           </div>
-          <h3 style={{ marginTop: 20 }}>{kind === "route" ? "Targets" : "Members"}</h3>
+          <h3 style={{ marginTop: 20 }}>{kind === "route" ? (split ? "Decode targets" : "Targets") : "Members"}</h3>
           {!usesWeights(effective) && (
             <p className="muted small" data-testid="weights-ignored">
               Weights are ignored by {effective}: a weight set here is stored and never consulted.
             </p>
           )}
-          <Table className="entries"
-            columns={[
-              { label: "Provider", width: "32%" },
-              { label: kind === "route" ? "Upstream model" : "Model (optional)" },
-              { label: "Weight", width: 110 },
-              shares && { label: "Share", num: true },
-              { width: 90 },
-            ]}
-          >
-            {drafts.map((draft, i) => (
-              <Fragment key={draft.id}>
-                <tr data-testid="entry-row">
-                  <td>
-                    <ProviderSelect
-                      value={draft.provider}
-                      providers={props.providers}
-                      onChange={(provider) => update(draft.id, { provider })}
-                      label={`Provider of line ${i + 1}`}
-                    />
-                  </td>
-                  <td>
-                    <input
-                      aria-label={`Model of line ${i + 1}`}
-                      value={draft.model}
-                      onChange={(e) => update(draft.id, { model: e.target.value })}
-                      placeholder={kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"}
-                    />
-                  </td>
-                  <td>
-                    <input
-                      aria-label={`Weight of line ${i + 1}`}
-                      inputMode="numeric"
-                      value={draft.weight}
-                      placeholder="1"
-                      onChange={(e) => update(draft.id, { weight: e.target.value })}
-                    />
-                  </td>
-                  {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
-                  <td className="num">
-                    {!readOnly && (
-                      <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((d) => d.id !== draft.id))}>
-                        Remove
-                      </button>
-                    )}
-                  </td>
-                </tr>
-                {lineProblems(i).length > 0 && (
-                  <tr data-testid="entry-problem">
-                    <td colSpan={5} className="field-error">
-                      Line {i + 1}: {lineProblems(i).join("; ")}
-                    </td>
-                  </tr>
-                )}
-              </Fragment>
-            ))}
-          </Table>
-          {!readOnly && (
-            <button type="button" style={{ marginTop: 8 }} onClick={() => setDrafts((all) => [...all, newDraft(props.providers[0]?.slug ?? "")])}>
-              Add {kind === "route" ? "target" : "member"}
-            </button>
+          <EntriesTable
+            drafts={drafts}
+            setDrafts={setDrafts}
+            providers={props.providers}
+            readOnly={readOnly}
+            shares={shares}
+            problems={linesProblems(entryKey)}
+            modelLabel={kind === "route" ? "Upstream model" : "Model (optional)"}
+            modelPlaceholder={
+              kind === "route" ? `same as the public model${model ? ` (${model})` : ""}` : "passthrough: the requested model"
+            }
+            noun={kind === "route" ? "target" : "member"}
+            prefix=""
+          />
+          {kind === "route" && (
+            <section data-testid="disaggregation">
+              <h3 style={{ marginTop: 20 }}>Prefill/decode disaggregation</h3>
+              <label className="checkbox">
+                <input
+                  type="checkbox"
+                  checked={split}
+                  onChange={(e) => setSplit(e.target.checked)}
+                  aria-label="Split prefill and decode"
+                />{" "}
+                Prefill each chat or completions request on one engine and decode it on another; the targets above are
+                then the decode engines.
+              </label>
+              {split && (
+                <>
+                  <div className="form-grid" style={{ marginTop: 12 }}>
+                    <label htmlFor="rule-pd-protocol">Protocol</label>
+                    <div>
+                      <select id="rule-pd-protocol" value={protocol} onChange={(e) => setProtocol(e.target.value)}>
+                        <option value="vllm">vllm (kv_transfer_params, prefill then decode)</option>
+                        <option value="sglang">sglang (bootstrap room, both at once)</option>
+                      </select>
+                      <div className="help">{SPLIT_HELP.protocol}</div>
+                    </div>
+                    <label htmlFor="rule-pd-strategy">Prefill strategy</label>
+                    <div>
+                      <input
+                        id="rule-pd-strategy"
+                        value={prefillStrategy}
+                        onChange={(e) => setPrefillStrategy(e.target.value)}
+                        placeholder="cache_aware"
+                      />
+                      <div className="help">{SPLIT_HELP.prefill_strategy}</div>
+                    </div>
+                    <label htmlFor="rule-pd-min">Min prefill tokens</label>
+                    <div>
+                      <input
+                        id="rule-pd-min"
+                        value={minPrefill}
+                        inputMode="numeric"
+                        onChange={(e) => setMinPrefill(e.target.value)}
+                        placeholder="0"
+                      />
+                      <div className="help">{SPLIT_HELP.min_prefill_tokens}</div>
+                    </div>
+                  </div>
+                  {Object.entries(problems)
+                    .filter(([field]) => field.startsWith("disaggregation") && !/\.(prefill|decode)\[/.test(field))
+                    .map(([field, message]) => (
+                      <div key={field} className="field-error">
+                        {field}: {message}
+                      </div>
+                    ))}
+                  <h4>Prefill targets</h4>
+                  <EntriesTable
+                    drafts={prefillDrafts}
+                    setDrafts={setPrefillDrafts}
+                    providers={props.providers}
+                    readOnly={readOnly}
+                    shares={null}
+                    problems={linesProblems("disaggregation.prefill")}
+                    modelLabel="Upstream model"
+                    modelPlaceholder={`same as the public model${model ? ` (${model})` : ""}`}
+                    noun="prefill target"
+                    prefix="Prefill "
+                  />
+                </>
+              )}
+            </section>
           )}
         </fieldset>
         <div style={{ marginTop: 16 }}>
@@ -479,6 +542,93 @@ function EditorForm(props: {
           </div>
         )}
       </form>
+    </>
+  );
+}
+
+/// One editable list of targets or members. `prefix` tells two lists of
+/// one form apart in labels and test ids ("" for the first).
+function EntriesTable(props: {
+  drafts: EntryDraft[];
+  setDrafts: (change: (all: EntryDraft[]) => EntryDraft[]) => void;
+  providers: ProviderRow[];
+  readOnly: boolean;
+  shares: number[] | null;
+  problems: (line: number) => string[];
+  modelLabel: string;
+  modelPlaceholder: string;
+  noun: string;
+  prefix: string;
+}) {
+  const { drafts, setDrafts, shares, prefix } = props;
+  const label = (what: string, i: number) => (prefix ? `${prefix}${what.toLowerCase()}` : what) + ` of line ${i + 1}`;
+  const testid = (name: string) => (prefix ? `${prefix.trim().toLowerCase()}-${name}` : name);
+  const update = (id: number, patch: Partial<EntryDraft>) =>
+    setDrafts((all) => all.map((d) => (d.id === id ? { ...d, ...patch } : d)));
+  return (
+    <>
+      <Table
+        className="entries"
+        columns={[
+          { label: "Provider", width: "32%" },
+          { label: props.modelLabel },
+          { label: "Weight", width: 110 },
+          shares && { label: "Share", num: true },
+          { width: 90 },
+        ]}
+      >
+        {drafts.map((draft, i) => (
+          <Fragment key={draft.id}>
+            <tr data-testid={testid("entry-row")}>
+              <td>
+                <ProviderSelect
+                  value={draft.provider}
+                  providers={props.providers}
+                  onChange={(provider) => update(draft.id, { provider })}
+                  label={label("Provider", i)}
+                />
+              </td>
+              <td>
+                <input
+                  aria-label={label("Model", i)}
+                  value={draft.model}
+                  onChange={(e) => update(draft.id, { model: e.target.value })}
+                  placeholder={props.modelPlaceholder}
+                />
+              </td>
+              <td>
+                <input
+                  aria-label={label("Weight", i)}
+                  inputMode="numeric"
+                  value={draft.weight}
+                  placeholder="1"
+                  onChange={(e) => update(draft.id, { weight: e.target.value })}
+                />
+              </td>
+              {shares && <td className="num">{formatPercent(shares[i], 1)}</td>}
+              <td className="num">
+                {!props.readOnly && (
+                  <button type="button" className="link" onClick={() => setDrafts((all) => all.filter((d) => d.id !== draft.id))}>
+                    Remove
+                  </button>
+                )}
+              </td>
+            </tr>
+            {props.problems(i).length > 0 && (
+              <tr data-testid={testid("entry-problem")}>
+                <td colSpan={5} className="field-error">
+                  Line {i + 1}: {props.problems(i).join("; ")}
+                </td>
+              </tr>
+            )}
+          </Fragment>
+        ))}
+      </Table>
+      {!props.readOnly && (
+        <button type="button" style={{ marginTop: 8 }} onClick={() => setDrafts((all) => [...all, newDraft(props.providers[0]?.slug ?? "")])}>
+          Add {props.noun}
+        </button>
+      )}
     </>
   );
 }
