@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Method};
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
+pub use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 
 /// Why a call failed, as a message for logs.
@@ -101,6 +102,20 @@ pub async fn call(
     body: Option<Bytes>,
     max_body: usize,
 ) -> Result<(u16, Bytes), CallError> {
+    let mut sent = send(connector, peer, method, path, headers, body).await?;
+    receive(&mut sent, max_body).await
+}
+
+/// The first half of [`call`]: connects and writes the whole request. The
+/// answer is read with [`receive`].
+pub async fn send(
+    connector: &Connector,
+    peer: &HttpPeer,
+    method: Method,
+    path: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: Option<Bytes>,
+) -> Result<HttpSession, CallError> {
     let mut request =
         RequestHeader::build(method, path.as_bytes(), None).map_err(|e| fail("request", e))?;
     for (name, value) in headers {
@@ -136,6 +151,15 @@ pub async fn call(
         .finish_request_body()
         .await
         .map_err(|e| fail("send", e))?;
+    Ok(session)
+}
+
+/// The second half of [`call`]: the status and at most `max_body` bytes of
+/// the answer to the request `session` sent.
+pub async fn receive(
+    session: &mut HttpSession,
+    max_body: usize,
+) -> Result<(u16, Bytes), CallError> {
     session
         .read_response_header()
         .await

@@ -385,3 +385,167 @@ async fn a_failed_decode_attempt_prefills_again_unless_its_engine_never_saw_the_
     assert_eq!(pd(&d).await["decoded"], 4);
     assert_eq!(pd(&d).await["refused"], 0);
 }
+
+/// Completions whose prompt is `blocks` full KV blocks of token ids,
+/// distinct per `seed`.
+fn ids(seed: u32, blocks: usize) -> Vec<u32> {
+    (0..(blocks * KV_BLOCK) as u32)
+        .map(|i| 1000 + seed * 10_000 + i)
+        .collect()
+}
+
+async fn complete(gateway: &Gateway, prompt: &[u32]) {
+    let response = client()
+        .post(gateway.url("/v1/completions"))
+        .json(&json!({"model": "pd", "prompt": prompt, "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn the_prefill_pool_follows_its_engines_kv_events() {
+    let block = KV_BLOCK.to_string();
+    let prefill_engine = |name: &str| {
+        FakeEngine::start(
+            name,
+            &[
+                "--pd-role",
+                "prefill",
+                "--kv-events",
+                "tcp://127.0.0.1:0",
+                "--kv-replay",
+                "tcp://127.0.0.1:0",
+                "--block-size",
+                &block,
+            ],
+        )
+    };
+    let (p1, p2) = (prefill_engine("p1"), prefill_engine("p2"));
+    let d = engine("d", "decode", "vllm");
+    let config = format!(
+        "{}{}{}[[routes]]\nmodel = \"pd\"\n\
+         disaggregation = {{ protocol = \"vllm\", prefill_strategy = \"precise_cache_aware\", \
+         prefill = [{{ provider = \"p1\" }}, {{ provider = \"p2\" }}], decode = [{{ provider = \"d\" }}] }}\n\n\
+         [health]\nenabled = false\n",
+        kv_provider("p1", &p1),
+        kv_provider("p2", &p2),
+        provider("d", &d.url()),
+    );
+    let gateway = Gateway::start(&config).await;
+    for name in ["p1", "p2"] {
+        wait_until(
+            std::time::Duration::from_secs(10),
+            "KV subscriptions",
+            || async { gateway.kv_index(name).await["ranks"][0]["connected"] == true },
+        )
+        .await;
+    }
+    // Hold one prefill engine with a slow prefill so that the prompt under
+    // test goes to the other one, whatever the cold tie-break is.
+    for engine in [&p1, &p2] {
+        engine.control(json!({"ttft_ms": 1500})).await;
+    }
+    let url = gateway.url("/v1/completions");
+    let slow = tokio::spawn(async move {
+        let body = json!({"model": "pd", "prompt": ids(7, 1), "max_tokens": 2});
+        client()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let busy = loop {
+        let (a, b) = (p1.stats().await, p2.stats().await);
+        if a["running"].as_u64() > Some(0) {
+            break 0;
+        }
+        if b["running"].as_u64() > Some(0) {
+            break 1;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow prefill never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    for engine in [&p1, &p2] {
+        engine.control(json!({"ttft_ms": 0})).await;
+    }
+    let shared = ids(1, 8);
+    complete(&gateway, &shared).await;
+    assert_eq!(slow.await.unwrap(), 200);
+    let (holder, other) = if busy == 0 { (&p2, &p1) } else { (&p1, &p2) };
+    let holder_name = if busy == 0 { "p2" } else { "p1" };
+    assert_eq!(
+        pd(holder).await["prefilled"],
+        1,
+        "the prompt went to the idle engine"
+    );
+    wait_until(
+        std::time::Duration::from_secs(15),
+        "the holder's blocks",
+        || async {
+            gateway.kv_index(holder_name).await["blocks_resident"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 8
+        },
+    )
+    .await;
+    // Both idle now: longer prompts starting with those blocks are
+    // prefilled where the blocks are, every time.
+    let before = pd(other).await["prefilled"].as_u64().unwrap();
+    for extra in 0..3 {
+        let mut longer = shared.clone();
+        longer.extend(ids(20 + extra, 2));
+        complete(&gateway, &longer).await;
+    }
+    assert_eq!(pd(holder).await["prefilled"], 4);
+    assert_eq!(pd(other).await["prefilled"].as_u64().unwrap(), before);
+    assert_eq!(count(&[&d], "decoded").await, 5);
+}
+
+#[tokio::test]
+async fn an_unreachable_sglang_prefill_engine_is_retried_around() {
+    let p = engine("p", "prefill", "sglang");
+    let d = engine("d", "decode", "sglang");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let config = format!(
+        "{}{}{}[[routes]]\nmodel = \"pd\"\n\
+         disaggregation = {{ protocol = \"sglang\", prefill_strategy = \"round_robin\", \
+         prefill = [{{ provider = \"dead\" }}, {{ provider = \"p\" }}], decode = [{{ provider = \"d\" }}] }}\n\n\
+         [health]\nenabled = false\n",
+        provider("dead", &dead).replacen("\n\n", "\nbootstrap_port = 1\n\n", 1),
+        pd_provider("p", &p, true),
+        provider("d", &d.url()),
+    );
+    let gateway = Gateway::start(&config).await;
+    for i in 0..3 {
+        let response = client()
+            .post(gateway.url("/v1/chat/completions"))
+            .json(&long_chat(&format!("around {i} "), i == 1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let _ = response.text().await.unwrap();
+    }
+    wait_until(
+        std::time::Duration::from_secs(5),
+        "the prefill legs",
+        || async { pd(&p).await["prefilled"] == 3 },
+    )
+    .await;
+    assert_eq!(pd(&d).await["decoded"], 3);
+    assert_eq!(pd(&d).await["refused"], 0);
+    let metrics = gateway.metrics().await;
+    assert!(
+        sum_series(&metrics, "rolter_retries_total", "route=\"pd:prefill\"") >= 1,
+        "{metrics}"
+    );
+}

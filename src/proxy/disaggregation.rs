@@ -14,9 +14,11 @@
 //!   reuses it; any other decode failure may have consumed it, so the next
 //!   attempt prefills again.
 //! - SGLang: the prefill engine's bootstrap address and a fresh room go into
-//!   both bodies; the prefill request is sent alongside the decode attempt
-//!   and its answer drained in the background. Every decode attempt gets a
-//!   new room and a new prefill.
+//!   both bodies; once the prefill request is written to its engine the
+//!   decode attempt follows, and the prefill answer is read in the
+//!   background (it comes after the decode engine fetched the KV cache). A
+//!   prefill engine that cannot be reached is retried around. Every decode
+//!   attempt gets a new room and a new prefill.
 //!
 //! Each leg is counted on its own pool's target metrics (the prefill pool's
 //! route label is `<model>:prefill`), the prefill engine is named in the
@@ -69,7 +71,7 @@ pub async fn prepare(
     pd.prefill_target = None;
     match pool.protocol {
         PdProtocol::Vllm => vllm(state, session, ctx, &route, pool).await,
-        PdProtocol::Sglang => sglang(state, session, ctx, &route, pool),
+        PdProtocol::Sglang => sglang(state, session, ctx, &route, pool).await,
     }
 }
 
@@ -138,45 +140,143 @@ async fn prefill_for_handle(
         )
         .await;
         let elapsed = started.elapsed();
-        let snapshot = Arc::clone(&ctx.snapshot);
-        let failure = match answer {
-            Ok((status, answer)) if (200..300).contains(&status) => {
-                target_succeeded(target, &mut leg.ticket, &state.metrics);
-                target
-                    .metrics
-                    .upstream_latency
-                    .observe(elapsed.as_secs_f64());
-                let params = serde_json::from_slice::<Value>(&answer)
-                    .ok()
-                    .map(|mut v| v["kv_transfer_params"].take())
-                    .filter(Value::is_object);
-                end_leg(ctx, Some(status), None);
-                if let Some(params) = params {
-                    learn(ctx, pool, leg.index);
-                    return Ok(params);
+        if let Some(failure) = failure_of(&answer) {
+            end_leg(ctx, None, Some(failure.reason().label()));
+            exclude(ctx, leg.index);
+            last_failure = Some(target_failed(
+                target,
+                &mut leg.ticket,
+                &ctx.snapshot.limits,
+                &state.metrics,
+                &failure,
+            ));
+            state
+                .metrics
+                .record_retry(&pool.route.metrics.label, failure.reason());
+            continue;
+        }
+        let Ok((status, answer)) = answer else {
+            continue;
+        };
+        target_succeeded(target, &mut leg.ticket, &state.metrics);
+        end_leg(ctx, Some(status), None);
+        if !(200..300).contains(&status) {
+            // The engine refused the request itself (a 4xx): the decode
+            // engine answers it whole, so the client gets the engine's own
+            // error.
+            return Ok(Value::Null);
+        }
+        target
+            .metrics
+            .upstream_latency
+            .observe(elapsed.as_secs_f64());
+        let params = serde_json::from_slice::<Value>(&answer)
+            .ok()
+            .map(|mut v| v["kv_transfer_params"].take())
+            .filter(Value::is_object);
+        if let Some(params) = params {
+            learn(ctx, pool, leg.index);
+            return Ok(params);
+        }
+        // An engine without a KV connector answers the prefill as a whole
+        // request: a configuration fault, not a sick engine.
+        let why = format!(
+            "{}: answered the prefill without kv_transfer_params (is its KV connector configured?)",
+            target.label
+        );
+        log::warn!("{why}");
+        exclude(ctx, leg.index);
+        last_failure = Some(why);
+    }
+    pool.counts.prefill_failed.inc();
+    Err(refuse(ctx, route, pool, last_failure))
+}
+
+/// Sends the prefill request with a fresh bootstrap room to a prefill
+/// engine, once it is written there the decode attempt follows with the
+/// same room. A prefill engine that cannot be reached is retried around
+/// like a vLLM prefill leg; its answer comes after the decode engine has
+/// fetched the KV cache, so it is read and recorded in the background.
+async fn sglang(
+    state: &GatewayState,
+    session: &Session,
+    ctx: &mut RequestCtx,
+    route: &Route,
+    pool: &PrefillPool,
+) -> Result<(), Box<Error>> {
+    let max_legs = ctx.snapshot.limits.max_retries + 1;
+    let mut last_failure: Option<String> = None;
+    for _ in 0..max_legs {
+        let Some(mut leg) = claim(ctx, pool) else {
+            break;
+        };
+        let target = &pool.route.targets[leg.index];
+        let provider = &target.provider;
+        let bootstrap = [
+            (
+                "bootstrap_host",
+                Value::from(provider.host.trim_matches(['[', ']'])),
+            ),
+            (
+                "bootstrap_port",
+                Value::from(provider.bootstrap_port.unwrap_or_default()),
+            ),
+            ("bootstrap_room", Value::from(fresh_room())),
+        ];
+        let Some(admitted) = ctx.admitted.as_ref() else {
+            break;
+        };
+        let body = with_fields(&target_body(admitted, target), bootstrap.clone());
+        let started = Instant::now();
+        let headers = leg_headers(ctx, target, started);
+        let path = leg_path(session, target);
+        let sent = crate::http_client::send(
+            &state.prefill_connector,
+            &leg_peer(target),
+            Method::POST,
+            &path,
+            &headers,
+            Some(body),
+        )
+        .await;
+        let failure = match sent {
+            Ok(mut prefill) => {
+                // Its span covers the sending; the answer is read unwatched.
+                end_leg(ctx, None, None);
+                // The prefill engine will hold the prompt's KV blocks.
+                learn(ctx, pool, leg.index);
+                if let Some(attempt) = ctx.attempt.as_mut() {
+                    attempt.body = with_fields(&attempt.body, bootstrap);
                 }
-                // An engine without a KV connector answers the prefill as a
-                // whole request: a configuration fault, not a sick engine.
-                let why = format!(
-                    "{}: answered the prefill without kv_transfer_params (is its KV connector configured?)",
-                    target.label
-                );
-                log::warn!("{why}");
-                exclude(ctx, leg.index);
-                last_failure = Some(why);
-                continue;
-            }
-            Ok((status, _)) if status >= 500 || status == 429 || status == 408 => Failure::Status {
-                status,
-                retry_after: None,
-            },
-            Ok((status, _)) => {
-                // The engine refused the request itself (a 4xx): the decode
-                // engine answers it whole, so the client gets the engine's
-                // own error.
-                target_succeeded(target, &mut leg.ticket, &state.metrics);
-                end_leg(ctx, Some(status), None);
-                return Ok(Value::Null);
+                let metrics = Arc::clone(&state.metrics);
+                let snapshot = Arc::clone(&ctx.snapshot);
+                let prefill_route = Arc::clone(&pool.route);
+                tokio::spawn(async move {
+                    let answer =
+                        crate::http_client::receive(&mut prefill, MAX_PREFILL_ANSWER).await;
+                    let target = &prefill_route.targets[leg.index];
+                    match failure_of(&answer) {
+                        Some(failure) => {
+                            target_failed(
+                                target,
+                                &mut leg.ticket,
+                                &snapshot.limits,
+                                &metrics,
+                                &failure,
+                            );
+                        }
+                        None => {
+                            target_succeeded(target, &mut leg.ticket, &metrics);
+                            target
+                                .metrics
+                                .upstream_latency
+                                .observe(started.elapsed().as_secs_f64());
+                        }
+                    }
+                    // The leg's in-flight slot goes with it.
+                    drop(leg);
+                });
+                return Ok(());
             }
             Err(e) if e.connect => Failure::Connect(e.message),
             Err(e) => Failure::Stream(e.message),
@@ -186,7 +286,7 @@ async fn prefill_for_handle(
         last_failure = Some(target_failed(
             target,
             &mut leg.ticket,
-            &snapshot.limits,
+            &ctx.snapshot.limits,
             &state.metrics,
             &failure,
         ));
@@ -198,96 +298,20 @@ async fn prefill_for_handle(
     Err(refuse(ctx, route, pool, last_failure))
 }
 
-fn sglang(
-    state: &GatewayState,
-    session: &Session,
-    ctx: &mut RequestCtx,
-    route: &Route,
-    pool: &PrefillPool,
-) -> Result<(), Box<Error>> {
-    let Some(mut leg) = claim(ctx, pool) else {
-        pool.counts.prefill_failed.inc();
-        return Err(refuse(ctx, route, pool, None));
-    };
-    let target = &pool.route.targets[leg.index];
-    let provider = &target.provider;
-    let bootstrap = [
-        (
-            "bootstrap_host",
-            Value::from(provider.host.trim_matches(['[', ']'])),
-        ),
-        (
-            "bootstrap_port",
-            Value::from(provider.bootstrap_port.unwrap_or_default()),
-        ),
-        ("bootstrap_room", Value::from(fresh_room())),
-    ];
-    let (Some(admitted), Some(_)) = (ctx.admitted.as_ref(), ctx.attempt.as_ref()) else {
-        return Ok(());
-    };
-    let prefill_body = with_fields(&target_body(admitted, target), bootstrap.clone());
-    let headers = leg_headers(ctx, target, Instant::now());
-    // Its span covers the sending; the answer is drained unwatched.
-    end_leg(ctx, None, None);
-    // The prefill engine will hold the prompt's KV blocks once it ran.
-    learn(ctx, pool, leg.index);
-    let path = leg_path(session, target);
-    if let Some(attempt) = ctx.attempt.as_mut() {
-        attempt.body = with_fields(&attempt.body, bootstrap);
-    }
-    // Sent alongside the decode attempt; the decode engine waits on the
-    // room, so the client's answer does not wait on this one.
-    let connector = Arc::clone(&state.prefill_connector);
-    let metrics = Arc::clone(&state.metrics);
-    let snapshot = Arc::clone(&ctx.snapshot);
-    let pool_route = Arc::clone(&pool.route);
-    let index = leg.index;
-    tokio::spawn(async move {
-        let target = &pool_route.targets[index];
-        let started = Instant::now();
-        let answer = crate::http_client::call(
-            &connector,
-            &leg_peer(target),
-            Method::POST,
-            &path,
-            &headers,
-            Some(prefill_body),
-            MAX_PREFILL_ANSWER,
-        )
-        .await;
-        let failure = match answer {
-            Ok((status, _)) if status >= 500 || status == 429 || status == 408 => {
-                Some(Failure::Status {
-                    status,
-                    retry_after: None,
-                })
-            }
-            Ok(_) => None,
-            Err(e) if e.connect => Some(Failure::Connect(e.message)),
-            Err(e) => Some(Failure::Stream(e.message)),
-        };
-        match failure {
-            Some(failure) => {
-                target_failed(
-                    target,
-                    &mut leg.ticket,
-                    &snapshot.limits,
-                    &metrics,
-                    &failure,
-                );
-            }
-            None => {
-                target_succeeded(target, &mut leg.ticket, &metrics);
-                target
-                    .metrics
-                    .upstream_latency
-                    .observe(started.elapsed().as_secs_f64());
-            }
+/// What an answered leg teaches its engine: a failure for what the breaker
+/// and parking count (5xx, 429, 408, no answer), nothing for the rest.
+fn failure_of(answer: &Result<(u16, Bytes), crate::http_client::CallError>) -> Option<Failure> {
+    match answer {
+        Ok((status, _)) if *status >= 500 || *status == 429 || *status == 408 => {
+            Some(Failure::Status {
+                status: *status,
+                retry_after: None,
+            })
         }
-        // The leg's in-flight slot goes with it.
-        drop(leg);
-    });
-    Ok(())
+        Ok(_) => None,
+        Err(e) if e.connect => Some(Failure::Connect(e.message.clone())),
+        Err(e) => Some(Failure::Stream(e.message.clone())),
+    }
 }
 
 /// Keeps a prefill target whose leg failed from this request's later legs.
