@@ -462,3 +462,63 @@ async fn a_disaggregated_request_has_its_prefill_leg_before_its_decode_attempt()
         .unwrap();
     assert_eq!(&sent[36..52], hex::encode(&decode.span_id));
 }
+
+#[tokio::test]
+async fn a_request_held_by_flow_control_has_its_wait_as_a_span() {
+    let collector = Collector::default();
+    let url = collector.start().await;
+    let engine = FakeEngine::start("e", &["--token-delay-ms", "20"]);
+    let config = format!(
+        "[server]\nrequire_api_key = false\n\n{}max_concurrency = 1\n\n[[routes]]\nmodel = \"chat\"\n\
+         targets = [{{ provider = \"e\" }}]\n\n[health]\nenabled = false\n\n[flow_control]\nenabled = true\n\n\
+         [tracing]\notlp_endpoint = \"{url}\"\n\n[[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n",
+        provider("e", &engine.url()).trim_end().to_owned() + "\n",
+    );
+    let gateway = Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await;
+    // The engine's one place is taken for ~400 ms.
+    let url = gateway.url("/v1/chat/completions");
+    let first = tokio::spawn(async move {
+        let body = json!({"model": "chat", "max_tokens": 20, "messages": [{"role": "user", "content": "long"}]});
+        let response = client()
+            .post(url)
+            .bearer_auth("sk-team")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        response.status()
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "the first request in flight",
+        || async { engine.stats().await["running"].as_u64() == Some(1) },
+    )
+    .await;
+    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let response = traced_chat(
+        &gateway,
+        Some("sk-team"),
+        Some(&parent),
+        chat_body("chat", "hi"),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(first.await.unwrap(), 200);
+    let trace = collector
+        .trace(&hex::decode(CALLER_TRACE).unwrap(), 1)
+        .await;
+    let root = trace.iter().find(|s| s.kind == SERVER).unwrap();
+    let wait = trace
+        .iter()
+        .find(|s| s.name == "flow control wait")
+        .unwrap_or_else(|| panic!("no wait span: {trace:#?}"));
+    assert_eq!(wait.parent_span_id, root.span_id);
+    assert!(text(wait, "rolter.queue.outcome").is_some(), "{wait:#?}");
+    // It waited for the first request's place, then was sent.
+    assert!(
+        wait.end_time_unix_nano - wait.start_time_unix_nano >= 50_000_000,
+        "{wait:#?}"
+    );
+    let attempt = trace.iter().find(|s| s.kind == CLIENT).unwrap();
+    assert!(wait.end_time_unix_nano <= attempt.start_time_unix_nano);
+}
