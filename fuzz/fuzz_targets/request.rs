@@ -37,7 +37,7 @@ fn endpoint(selector: u8) -> Endpoint {
     ROUTABLE_ENDPOINTS
         .get(index)
         .copied()
-        .unwrap_or(extra[index - ROUTABLE_ENDPOINTS.len()])
+        .unwrap_or_else(|| extra[index - ROUTABLE_ENDPOINTS.len()])
 }
 
 /// The boundary of the fuzzed form bodies.
