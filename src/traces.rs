@@ -24,7 +24,7 @@ mod context;
 mod export;
 mod request;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
@@ -98,6 +98,9 @@ impl SpanSink {
 /// receiving end is handed to the export service.
 #[derive(Debug, Default)]
 pub struct Traces {
+    /// Whether `sink` holds one: the one load a request pays while tracing
+    /// is off (`benches/traces.rs`).
+    enabled: AtomicBool,
     sink: ArcSwapOption<SpanSink>,
     /// The settings in effect; locked only by `configure` (once per reload).
     current: Mutex<Option<TracingConfig>>,
@@ -144,6 +147,7 @@ impl Traces {
             None => (None, None),
         };
         self.sink.store(sink.clone());
+        self.enabled.store(sink.is_some(), Ordering::Release);
         *self.handoff.lock().unwrap_or_else(|e| e.into_inner()) = Some(Handoff {
             settings: settings.cloned(),
             receiver,
@@ -154,6 +158,9 @@ impl Traces {
 
     /// The trace of a request with this header, if tracing is on.
     pub fn begin(&self, request: &pingora::http::RequestHeader) -> Option<RequestTrace> {
+        if !self.enabled.load(Ordering::Acquire) {
+            return None;
+        }
         let sink = self.sink.load_full()?;
         Some(RequestTrace::begin(
             sink,

@@ -74,7 +74,10 @@ pub async fn dispatch_in_turn(
 fn record(state: &GatewayState, ctx: &mut RequestCtx, outcome: Outcome, waited: Instant) {
     // A dispatched request stopped waiting when its attempt claimed the
     // target; one that left, now.
-    let ended = ctx.attempt.as_ref().map_or_else(Instant::now, |a| a.started);
+    let ended = ctx
+        .attempt
+        .as_ref()
+        .map_or_else(Instant::now, |a| a.started);
     if let Some(trace) = ctx.trace.as_mut() {
         trace.queue_wait(waited, ended, outcome.label());
     }

@@ -18,12 +18,24 @@ pub use database::{TestDatabase, INTERNAL_TOKEN};
 pub const ROLTER: &str = env!("CARGO_BIN_EXE_rolter");
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-/// A port nobody listens on right now (bound, then released).
+/// A port nobody listens on right now (bound, then released), and not one
+/// this test process was already given: the kernel may hand a released
+/// port out again at once, and a gateway whose listener and admin listener
+/// got the same port refuses to start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("no free loopback port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no loopback port this process was not already given");
 }
 
 /// Polls `check` every 25 ms until it is true or `limit` passes.

@@ -522,6 +522,8 @@ ${ADMIN_TOKENS}`,
     assert.equal(await page.getByLabel("Prefill provider of line 1").inputValue(), "file-gpu");
     // Its decode pool names no strategy: it runs the decode default.
     assert.match(await shownOption(page, "#rule-strategy"), /^power_of_two \(default/);
+    // Its cache guard is the prefill pool's (cache_aware by default).
+    assert.equal(await page.locator("#rule-guard-min").getAttribute("placeholder"), "2");
     await screenshot(page, "route-editor-disaggregation");
 
     // --- A strategy the picker does not offer survives an unrelated edit ------

@@ -266,6 +266,16 @@ fn disaggregation_names_two_pools_with_their_strategies() {
     assert_eq!(split.prefill_strategy, StrategyKind::CacheAware);
     assert_eq!(split.prefill[0].model, "m");
     assert_eq!(split.min_prefill_tokens, 64);
+    assert!(warnings(&text).is_empty(), "{:?}", warnings(&text));
+    // Its cache_guard is for the prefill pool's cache_aware: no warning that
+    // the decode pool's power_of_two ignores it.
+    let guarded = text.replacen(
+        "model = \"m\"\n",
+        "model = \"m\"\ncache_guard = { min_load = 3 }\n",
+        1,
+    );
+    assert!(warnings(&guarded).is_empty(), "{:?}", warnings(&guarded));
+    assert_eq!(ok(&guarded).routes[0].cache_guard.min_load, Some(3));
 }
 
 #[test]

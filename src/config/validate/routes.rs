@@ -88,8 +88,19 @@ impl Validator<'_> {
                 table.tokenizer,
                 table.tokenizer_budget_kib,
             );
-            let cache_guard =
-                self.cache_guard(&format!("routes[{i}]"), table.cache_guard, strategy);
+            // A split route's guard serves whichever pool runs a cache
+            // strategy: the prefill pool by default.
+            let guarded = disaggregation
+                .as_ref()
+                .map(|d: &super::super::Disaggregation| d.prefill_strategy)
+                .filter(|s| {
+                    matches!(
+                        s,
+                        StrategyKind::CacheAware | StrategyKind::PreciseCacheAware
+                    )
+                })
+                .or(strategy);
+            let cache_guard = self.cache_guard(&format!("routes[{i}]"), table.cache_guard, guarded);
             let endpoints = self.endpoints(&format!("routes[{i}]"), table.endpoints);
             let targets = self.target_list(
                 &written_targets.0,

@@ -31,6 +31,8 @@ const GUARD_HELP = FIELD_HELP.CacheGuardTable;
 /// `disaggregation.decode_strategy` when it is left out (the gateway's
 /// `DEFAULT_DECODE_STRATEGY`).
 const DECODE_DEFAULT_STRATEGY = "power_of_two";
+/// `disaggregation.prefill_strategy` when it is left out.
+const PREFILL_DEFAULT_STRATEGY = "cache_aware";
 /// The Rust field docs of `disaggregation`.
 const SPLIT_HELP = FIELD_HELP.DisaggregationTable;
 
@@ -182,7 +184,11 @@ function EditorForm(props: {
   // A split route's decode pool runs power_of_two when it names none.
   const fallback = kind === "route" && split ? DECODE_DEFAULT_STRATEGY : undefined;
   const effective = effectiveStrategy(strategy, fallback);
-  const guardDefault = GUARD_DEFAULTS[effective];
+  // A split route's guard serves its prefill pool when that pool runs a
+  // cache strategy (cache_aware by default), as the gateway reads it.
+  const prefillEffective = prefillStrategy.trim() || PREFILL_DEFAULT_STRATEGY;
+  const guardDefault =
+    GUARD_DEFAULTS[kind === "route" && split && GUARD_DEFAULTS[prefillEffective] ? prefillEffective : effective];
   const shares = trafficShares(effective, drafts.map((d) => ({ weight: /^\d+$/.test(d.weight) ? Number(d.weight) : null })));
 
   const save = async (e: FormEvent) => {
@@ -476,7 +482,7 @@ function EditorForm(props: {
                         id="rule-pd-strategy"
                         value={prefillStrategy}
                         onChange={(e) => setPrefillStrategy(e.target.value)}
-                        placeholder="cache_aware"
+                        placeholder={PREFILL_DEFAULT_STRATEGY}
                       />
                       <div className="help">{SPLIT_HELP.prefill_strategy}</div>
                     </div>
