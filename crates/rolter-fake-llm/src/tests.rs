@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use super::{announce_line, serve, BoundEngine, EngineAddresses, FakeLlmArgs};
 
+mod disagg;
 mod kv_events;
 mod tokenize;
 
