@@ -123,11 +123,12 @@ pub async fn admit(
         });
     let source = fill_token_ids(route.tokenizer.as_ref(), endpoint, &body, &mut request).await;
     Metrics::record_token_source(&route.metrics, source);
+    let priority = priority(session.req_header(), &caller)?;
+    // Last, once nothing can refuse the request: it is counted here.
     let disaggregated = route
         .prefill
         .as_ref()
         .is_some_and(|pool| splits(pool, endpoint, &request));
-    let priority = priority(session.req_header(), &caller)?;
     let session_key = session
         .req_header()
         .headers
