@@ -192,11 +192,11 @@ async fn prefill_for_handle(
     Err(refuse(ctx, route, pool, last_failure))
 }
 
-/// Sends the prefill request with a fresh bootstrap room to a prefill
-/// engine, once it is written there the decode attempt follows with the
+/// Sends the prefill request, with a fresh bootstrap room, to a prefill
+/// engine; once it is written there, the decode attempt follows with the
 /// same room. A prefill engine that cannot be reached is retried around
-/// like a vLLM prefill leg; its answer comes after the decode engine has
-/// fetched the KV cache, so it is read and recorded in the background.
+/// like a vLLM prefill leg. Its answer comes only after the decode engine
+/// has fetched the KV cache, so it is read and recorded in the background.
 async fn sglang(
     state: &GatewayState,
     session: &Session,
