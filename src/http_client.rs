@@ -116,6 +116,64 @@ pub async fn send(
     headers: &[(HeaderName, HeaderValue)],
     body: Option<Bytes>,
 ) -> Result<HttpSession, CallError> {
+    let request = request_header(method, path, headers, body.as_ref())?;
+    let (mut session, _) = connect(connector, peer).await?;
+    write(&mut session, request, body).await?;
+    Ok(session)
+}
+
+/// [`call`] over a connection `connector` kept from an earlier call to the
+/// same peer when it has one, given back to it for `idle` once the whole
+/// answer is read. A kept connection the peer closed in the meantime fails
+/// before any answer; the call is then made once more on a new one.
+#[allow(clippy::too_many_arguments)]
+pub async fn call_pooled(
+    connector: &Connector,
+    peer: &HttpPeer,
+    method: Method,
+    path: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: Option<Bytes>,
+    max_body: usize,
+    idle: Duration,
+) -> Result<(u16, Bytes), CallError> {
+    let request = request_header(method, path, headers, body.as_ref())?;
+    let mut fresh_tried = false;
+    loop {
+        let (mut session, reused) = connect(connector, peer).await?;
+        let sent = match write(&mut session, request.clone(), body.clone()).await {
+            Ok(()) => session
+                .read_response_header()
+                .await
+                .map_err(|e| fail("receive", e)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            if reused && !fresh_tried {
+                fresh_tried = true;
+                continue;
+            }
+            return Err(e);
+        }
+        let answer = receive(&mut session, max_body).await?;
+        // The answer is read whole: the connection is kept unless the peer
+        // asked to close it (`respect_keepalive` reads that from the answer).
+        if let HttpSession::H1(h1) = &mut session {
+            h1.respect_keepalive();
+        }
+        connector
+            .release_http_session(session, peer, Some(idle))
+            .await;
+        return Ok(answer);
+    }
+}
+
+fn request_header(
+    method: Method,
+    path: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: Option<&Bytes>,
+) -> Result<RequestHeader, CallError> {
     let mut request =
         RequestHeader::build(method, path.as_bytes(), None).map_err(|e| fail("request", e))?;
     for (name, value) in headers {
@@ -123,12 +181,18 @@ pub async fn send(
             .insert_header(name.clone(), value.clone())
             .map_err(|e| fail("request", e))?;
     }
-    if let Some(body) = &body {
+    if let Some(body) = body {
         request
             .insert_header(http::header::CONTENT_LENGTH, body.len())
             .map_err(|e| fail("request", e))?;
     }
-    let (mut session, _) = connector
+    Ok(request)
+}
+
+/// A connection to `peer` (kept or new, and which) with the peer's
+/// timeouts on its reads and writes.
+async fn connect(connector: &Connector, peer: &HttpPeer) -> Result<(HttpSession, bool), CallError> {
+    let (mut session, reused) = connector
         .get_http_session(peer)
         .await
         .map_err(|e| CallError {
@@ -137,6 +201,14 @@ pub async fn send(
         })?;
     session.set_read_timeout(peer.options.read_timeout);
     session.set_write_timeout(peer.options.write_timeout);
+    Ok((session, reused))
+}
+
+async fn write(
+    session: &mut HttpSession,
+    request: RequestHeader,
+    body: Option<Bytes>,
+) -> Result<(), CallError> {
     session
         .write_request_header(Box::new(request))
         .await
@@ -150,8 +222,7 @@ pub async fn send(
     session
         .finish_request_body()
         .await
-        .map_err(|e| fail("send", e))?;
-    Ok(session)
+        .map_err(|e| fail("send", e))
 }
 
 /// The second half of [`call`]: the status and at most `max_body` bytes of
@@ -160,10 +231,12 @@ pub async fn receive(
     session: &mut HttpSession,
     max_body: usize,
 ) -> Result<(u16, Bytes), CallError> {
-    session
-        .read_response_header()
-        .await
-        .map_err(|e| fail("receive", e))?;
+    if session.response_header().is_none() {
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| fail("receive", e))?;
+    }
     let status = session.response_header().map_or(0, |h| h.status.as_u16());
     let mut received = BytesMut::new();
     while let Some(chunk) = session

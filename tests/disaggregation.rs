@@ -549,3 +549,36 @@ async fn an_unreachable_sglang_prefill_engine_is_retried_around() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn vllm_prefill_legs_reuse_their_connection_to_the_engine() {
+    let p = engine("p", "prefill", "vllm");
+    let d = engine("d", "decode", "vllm");
+    let config = format!(
+        "{}{}[[routes]]\nmodel = \"pd\"\n\
+         disaggregation = {{ protocol = \"vllm\", prefill = [{{ provider = \"p\" }}], decode = [{{ provider = \"d\" }}] }}\n\n\
+         [health]\nenabled = false\n",
+        provider("p", &p.url()),
+        provider("d", &d.url()),
+    );
+    let gateway = Gateway::start(&config).await;
+    let before = p.stats().await["connections"].as_u64().unwrap();
+    for i in 0..6 {
+        let response = client()
+            .post(gateway.url("/v1/chat/completions"))
+            .json(&long_chat(&format!("kept {i} "), false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(pd(&p).await["prefilled"], 6);
+    // Six legs over one kept connection. The engine also accepted the
+    // decode engine's six KV pulls (one connection each) and this test's
+    // two stats reads since `before`: 9 in all, 14 without reuse.
+    let opened = p.stats().await["connections"].as_u64().unwrap() - before;
+    assert!(
+        opened <= 6 + 2 + 1,
+        "{opened} connections for 6 prefill legs"
+    );
+}

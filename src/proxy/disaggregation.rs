@@ -20,6 +20,9 @@
 //!   prefill engine that cannot be reached is retried around. Every decode
 //!   attempt gets a new room and a new prefill.
 //!
+//! A vLLM prefill leg reuses a kept connection to its engine (one TCP and
+//! TLS handshake per engine, not per request).
+//!
 //! Each leg is counted on its own pool's target metrics (the prefill pool's
 //! route label is `<model>:prefill`), the prefill engine is named in the
 //! access log (`prefill_target`) and its leg is a span of the trace.
@@ -51,6 +54,12 @@ use crate::tracker::BreakerTicket;
 /// The largest prefill answer read: a one-token completion, or SGLang's
 /// prefill answer, which is drained.
 const MAX_PREFILL_ANSWER: usize = 8 << 20;
+/// How long a vLLM prefill leg's connection is kept for the next leg to
+/// the same engine: under the 5 s keep-alive of the engines' HTTP server
+/// (uvicorn's default), so the engine does not close it first. SGLang legs
+/// are not kept: their answer comes after the decode attempt started, too
+/// late to find out a kept connection had gone stale.
+const PREFILL_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Adds the prefill leg to the attempt `upstream_peer` just set up, when
 /// the request is disaggregated. An error (with `ctx.error` set) fails the
@@ -129,7 +138,7 @@ async fn prefill_for_handle(
         let headers = leg_headers(ctx, target, started);
         let path = leg_path(session, target);
         let mut leg = leg;
-        let answer = crate::http_client::call(
+        let answer = crate::http_client::call_pooled(
             &state.prefill_connector,
             &leg_peer(target),
             Method::POST,
@@ -137,6 +146,7 @@ async fn prefill_for_handle(
             &headers,
             Some(body),
             MAX_PREFILL_ANSWER,
+            PREFILL_KEEPALIVE,
         )
         .await;
         let elapsed = started.elapsed();

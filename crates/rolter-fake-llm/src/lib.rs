@@ -48,7 +48,8 @@
 //! `POST /fake/control`, which also clears or "restarts" the cache and
 //! disturbs the event stream for tests; `GET /fake/stats` counts requests,
 //! including the streams a client abandoned (see [`stats`] for when a
-//! request counts as finished), and the cache's hits and events. `/fake/*`
+//! request counts as finished), the TCP connections it accepted
+//! (`connections`), and the cache's hits and events. `/fake/*`
 //! requests are not counted and never fail.
 
 mod answer;
@@ -294,12 +295,14 @@ impl BoundEngine {
         // Held for as long as this future lives; dropping it closes every
         // connection (see `listener`).
         let (_serving, closed) = watch::channel(());
+        let listener =
+            listener::ClosingListener::new(self.listener, closed, Arc::clone(&engine.stats));
         let app = Router::new()
             .fallback(handlers::handle)
             .with_state(engine)
             // Long-context bodies of several MiB must arrive whole.
             .layer(DefaultBodyLimit::disable());
-        axum::serve(listener::ClosingListener::new(self.listener, closed), app).await
+        axum::serve(listener, app).await
     }
 }
 

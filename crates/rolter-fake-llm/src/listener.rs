@@ -23,13 +23,22 @@ use tokio::sync::watch;
 pub(crate) struct ClosingListener {
     inner: TcpListener,
     closed: watch::Receiver<()>,
+    stats: std::sync::Arc<crate::stats::Stats>,
 }
 
 impl ClosingListener {
     /// Wraps `inner`; connections close once every clone of the sender of
-    /// `closed` is dropped.
-    pub(crate) fn new(inner: TcpListener, closed: watch::Receiver<()>) -> Self {
-        ClosingListener { inner, closed }
+    /// `closed` is dropped. Each accepted connection is counted in `stats`.
+    pub(crate) fn new(
+        inner: TcpListener,
+        closed: watch::Receiver<()>,
+        stats: std::sync::Arc<crate::stats::Stats>,
+    ) -> Self {
+        ClosingListener {
+            inner,
+            closed,
+            stats,
+        }
     }
 }
 
@@ -41,6 +50,7 @@ impl axum::serve::Listener for ClosingListener {
         loop {
             match self.inner.accept().await {
                 Ok((stream, addr)) => {
+                    self.stats.connection_accepted();
                     if let Err(err) = stream.set_nodelay(true) {
                         log::debug!("fake-llm: cannot set TCP_NODELAY for {addr}: {err}");
                     }

@@ -154,6 +154,9 @@ pub(crate) struct Stats {
     reset: AtomicU64,
     last_body_bytes: AtomicU64,
     by_path: [AtomicU64; Endpoint::ALL.len()],
+    /// TCP connections accepted: what a test of a client's connection
+    /// reuse reads.
+    connections: AtomicU64,
 }
 
 /// How a request ended, recorded by its guard on drop.
@@ -252,7 +255,13 @@ impl Stats {
             "reset": self.reset.load(Relaxed),
             "by_path": by_path,
             "last_body_bytes": self.last_body_bytes.load(Relaxed),
+            "connections": self.connections.load(Relaxed),
         })
+    }
+
+    /// A TCP connection was accepted.
+    pub(crate) fn connection_accepted(&self) {
+        self.connections.fetch_add(1, Relaxed);
     }
 }
 
