@@ -12,7 +12,8 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
-use crate::openai::{form_boundary, Endpoint, Splice};
+use crate::openai::{form_boundary, Endpoint, ModelLiteral, Splice};
+use crate::snapshot::Target;
 
 /// Longest wait for the next piece of a request body.
 pub const CLIENT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -137,6 +138,20 @@ fn is_expect_continue(session: &Session) -> bool {
 /// model under the same name and nothing else changes, else the original
 /// with the `model` literal at `model_span` replaced by `model_json` (a JSON
 /// string literal) and `extra` applied (a splice that does not overlap it).
+/// The client's body for `target`: its upstream model written over `model`
+/// when it differs, and with `ask_usage` the gateway's usage request
+/// spliced in (the decode or whole attempt; a prefill leg's answer is not
+/// the client's, so it goes without).
+pub fn body_for(admitted: &super::ctx::Admitted, target: &Target, ask_usage: bool) -> Bytes {
+    let request = &admitted.request;
+    let rewrite = (target.id.model != request.model).then(|| match request.model_literal {
+        ModelLiteral::Json => &target.model_json[..],
+        ModelLiteral::FormValue => target.id.model.as_bytes(),
+    });
+    let usage = request.usage_splice.as_ref().filter(|_| ask_usage);
+    attempt_body(&admitted.body, &request.model_span, rewrite, usage)
+}
+
 pub fn attempt_body(
     body: &Bytes,
     model_span: &Range<usize>,

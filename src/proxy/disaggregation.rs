@@ -46,7 +46,6 @@ use super::outcome::{target_failed, target_succeeded, Failure};
 use super::{body, error_with, select};
 use crate::config::PdProtocol;
 use crate::error::GatewayError;
-use crate::openai::ModelLiteral;
 use crate::snapshot::{PrefillPool, Route, Target};
 use crate::state::GatewayState;
 use crate::tracker::BreakerTicket;
@@ -133,7 +132,7 @@ async fn prefill_for_handle(
         let Some(admitted) = ctx.admitted.as_ref() else {
             break;
         };
-        let body = remote_decode_body(&target_body(admitted, target));
+        let body = remote_decode_body(&body::body_for(admitted, target, false));
         let started = Instant::now();
         let headers = leg_headers(ctx, target, started);
         let path = leg_path(session, target);
@@ -151,18 +150,7 @@ async fn prefill_for_handle(
         .await;
         let elapsed = started.elapsed();
         if let Some(failure) = failure_of(&answer) {
-            end_leg(ctx, None, Some(failure.reason().label()));
-            exclude(ctx, leg.index);
-            last_failure = Some(target_failed(
-                target,
-                &mut leg.ticket,
-                &ctx.snapshot.limits,
-                &state.metrics,
-                &failure,
-            ));
-            state
-                .metrics
-                .record_retry(&pool.route.metrics.label, failure.reason());
+            last_failure = Some(leg_failed(state, ctx, pool, &mut leg, &failure));
             continue;
         }
         let Ok((status, answer)) = answer else {
@@ -236,7 +224,7 @@ async fn sglang(
         let Some(admitted) = ctx.admitted.as_ref() else {
             break;
         };
-        let body = with_fields(&target_body(admitted, target), bootstrap.clone());
+        let body = with_fields(&body::body_for(admitted, target, false), bootstrap.clone());
         let started = Instant::now();
         let headers = leg_headers(ctx, target, started);
         let path = leg_path(session, target);
@@ -291,18 +279,7 @@ async fn sglang(
             Err(e) if e.connect => Failure::Connect(e.message),
             Err(e) => Failure::Stream(e.message),
         };
-        end_leg(ctx, None, Some(failure.reason().label()));
-        exclude(ctx, leg.index);
-        last_failure = Some(target_failed(
-            target,
-            &mut leg.ticket,
-            &ctx.snapshot.limits,
-            &state.metrics,
-            &failure,
-        ));
-        state
-            .metrics
-            .record_retry(&pool.route.metrics.label, failure.reason());
+        last_failure = Some(leg_failed(state, ctx, pool, &mut leg, &failure));
     }
     pool.counts.prefill_failed.inc();
     Err(refuse(ctx, route, pool, last_failure))
@@ -322,6 +299,31 @@ fn failure_of(answer: &Result<(u16, Bytes), crate::http_client::CallError>) -> O
         Err(e) if e.connect => Some(Failure::Connect(e.message.clone())),
         Err(e) => Some(Failure::Stream(e.message.clone())),
     }
+}
+
+/// A prefill leg failed: its span ends, its engine learns it (counters,
+/// parking, breaker) and is kept from this request's later legs, and the
+/// retry is counted. Returns the failure as the final error names it.
+fn leg_failed(
+    state: &GatewayState,
+    ctx: &mut RequestCtx,
+    pool: &PrefillPool,
+    leg: &mut Leg,
+    failure: &Failure,
+) -> String {
+    end_leg(ctx, None, Some(failure.reason().label()));
+    exclude(ctx, leg.index);
+    let described = target_failed(
+        &pool.route.targets[leg.index],
+        &mut leg.ticket,
+        &ctx.snapshot.limits,
+        &state.metrics,
+        failure,
+    );
+    state
+        .metrics
+        .record_retry(&pool.route.metrics.label, failure.reason());
+    described
 }
 
 /// Keeps a prefill target whose leg failed from this request's later legs.
@@ -379,21 +381,9 @@ fn claim(ctx: &mut RequestCtx, pool: &PrefillPool) -> Option<Leg> {
         ) else {
             break;
         };
-        let target = &prefill.targets[index];
-        let limit = if rule.saturation_ignored() {
-            None
-        } else {
-            target.provider.max_concurrency
-        };
-        let ticket = BreakerTicket::new(Arc::clone(&target.stats.breaker), admission);
-        let Some(in_flight) = target.stats.begin_within(limit) else {
-            // Filled between the pick and the claim: judged again.
-            drop(ticket);
+        let Some((ticket, in_flight)) = select::claim(prefill, index, admission, &rule) else {
             continue;
         };
-        target.stats.record_pick();
-        target.metrics.attempts.inc();
-        prefill.metrics.picks.inc();
         claimed = Some(Leg {
             index,
             ticket,
@@ -406,18 +396,6 @@ fn claim(ctx: &mut RequestCtx, pool: &PrefillPool) -> Option<Leg> {
         pd.prefill_target = Some(prefill.targets[leg.index].label.clone());
     }
     claimed
-}
-
-/// The request's body for `target` of the prefill pool: its model written
-/// in, the gateway's usage request left out (the prefill answer is not the
-/// client's).
-fn target_body(admitted: &super::ctx::Admitted, target: &Target) -> Bytes {
-    let rewrite =
-        (target.id.model != admitted.request.model).then(|| match admitted.request.model_literal {
-            ModelLiteral::Json => &target.model_json[..],
-            ModelLiteral::FormValue => target.id.model.as_bytes(),
-        });
-    body::attempt_body(&admitted.body, &admitted.request.model_span, rewrite, None)
 }
 
 /// The prefill leg's headers: what the decode attempt's carry that the

@@ -13,9 +13,7 @@ use super::ctx::{Attempt, RequestCtx};
 use super::eligibility::{self, Remaining};
 use super::{body, error_with, not_admitted, select};
 use crate::error::GatewayError;
-use crate::openai::ModelLiteral;
 use crate::state::GatewayState;
-use crate::tracker::BreakerTicket;
 
 /// What a dispatch came to.
 pub enum Dispatch {
@@ -76,38 +74,14 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             }
         };
         let health_panic = rule.health_panic();
-        let target = &route.targets[index];
-        let limit = if rule.saturation_ignored() {
-            None
-        } else {
-            target.provider.max_concurrency
-        };
-        let Some(in_flight) = target.stats.begin_within(limit) else {
-            // Releases a half-open probe slot the admission may hold.
-            drop(BreakerTicket::new(
-                Arc::clone(&target.stats.breaker),
-                admission,
-            ));
+        let Some((breaker, in_flight)) = select::claim(&route, index, admission, &rule) else {
             continue;
         };
-        target.stats.record_pick();
-        target.metrics.attempts.inc();
-        route.metrics.picks.inc();
         if health_panic {
             state.metrics.record_health_panic(&route.metrics.label);
         }
-        let rewrite = (target.id.model != admitted.request.model).then(|| {
-            match admitted.request.model_literal {
-                ModelLiteral::Json => &target.model_json[..],
-                ModelLiteral::FormValue => target.id.model.as_bytes(),
-            }
-        });
-        let body = body::attempt_body(
-            &admitted.body,
-            &admitted.request.model_span,
-            rewrite,
-            admitted.request.usage_splice.as_ref(),
-        );
+        let target = &route.targets[index];
+        let body = body::body_for(admitted, target, true);
         let peer = target.peer();
         let attempt = Attempt {
             target: index,
@@ -115,7 +89,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             now_ms,
             queue_depth: loads[index],
             in_flight: Some(in_flight),
-            breaker: BreakerTicket::new(Arc::clone(&target.stats.breaker), admission),
+            breaker,
             body,
             status: None,
             failed_over_status: false,

@@ -5,7 +5,7 @@ use rolter_balancer::{Candidates, RouteContext};
 
 use super::eligibility::Eligibility;
 use crate::snapshot::Route;
-use crate::tracker::{Admission, BreakerPolicy};
+use crate::tracker::{Admission, BreakerPolicy, BreakerTicket, InFlightGuard};
 
 /// The balancer's pick among the eligible targets. Every strategy honours
 /// eligibility; should one ever pick an ineligible target, the first
@@ -51,4 +51,29 @@ pub fn admitted_pick(
         }
     }
     None
+}
+
+/// Claims target `index` of `route`, which the breaker admitted, within its
+/// provider's `max_concurrency` (unless `rule` ignores saturation), and
+/// counts the pick. `None` when another pick filled the engine between the
+/// judgement and the claim: the admission is released (a half-open probe
+/// slot with it) and the caller judges again.
+pub fn claim(
+    route: &Route,
+    index: usize,
+    admission: Admission,
+    rule: &Eligibility<'_>,
+) -> Option<(BreakerTicket, InFlightGuard)> {
+    let target = &route.targets[index];
+    let ticket = BreakerTicket::new(std::sync::Arc::clone(&target.stats.breaker), admission);
+    let limit = if rule.saturation_ignored() {
+        None
+    } else {
+        target.provider.max_concurrency
+    };
+    let in_flight = target.stats.begin_within(limit)?;
+    target.stats.record_pick();
+    target.metrics.attempts.inc();
+    route.metrics.picks.inc();
+    Some((ticket, in_flight))
 }
