@@ -386,42 +386,9 @@ async fn a_failed_decode_attempt_prefills_again_unless_its_engine_never_saw_the_
     assert_eq!(pd(&d).await["refused"], 0);
 }
 
-/// Completions whose prompt is `blocks` full KV blocks of token ids,
-/// distinct per `seed`.
-fn ids(seed: u32, blocks: usize) -> Vec<u32> {
-    (0..(blocks * KV_BLOCK) as u32)
-        .map(|i| 1000 + seed * 10_000 + i)
-        .collect()
-}
-
-async fn complete(gateway: &Gateway, prompt: &[u32]) {
-    let response = client()
-        .post(gateway.url("/v1/completions"))
-        .json(&json!({"model": "pd", "prompt": prompt, "max_tokens": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-}
-
 #[tokio::test]
 async fn the_prefill_pool_follows_its_engines_kv_events() {
-    let block = KV_BLOCK.to_string();
-    let prefill_engine = |name: &str| {
-        FakeEngine::start(
-            name,
-            &[
-                "--pd-role",
-                "prefill",
-                "--kv-events",
-                "tcp://127.0.0.1:0",
-                "--kv-replay",
-                "tcp://127.0.0.1:0",
-                "--block-size",
-                &block,
-            ],
-        )
-    };
+    let prefill_engine = |name: &str| kv_engine_with(name, &["--pd-role", "prefill"]);
     let (p1, p2) = (prefill_engine("p1"), prefill_engine("p2"));
     let d = engine("d", "decode", "vllm");
     let config = format!(
@@ -449,7 +416,7 @@ async fn the_prefill_pool_follows_its_engines_kv_events() {
     }
     let url = gateway.url("/v1/completions");
     let slow = tokio::spawn(async move {
-        let body = json!({"model": "pd", "prompt": ids(7, 1), "max_tokens": 2});
+        let body = json!({"model": "pd", "prompt": block_prompt(7, 1), "max_tokens": 2});
         client()
             .post(url)
             .json(&body)
@@ -476,8 +443,8 @@ async fn the_prefill_pool_follows_its_engines_kv_events() {
     for engine in [&p1, &p2] {
         engine.control(json!({"ttft_ms": 0})).await;
     }
-    let shared = ids(1, 8);
-    complete(&gateway, &shared).await;
+    let shared = block_prompt(1, 8);
+    gateway.complete_ids("pd", &shared).await;
     assert_eq!(slow.await.unwrap(), 200);
     let (holder, other) = if busy == 0 { (&p2, &p1) } else { (&p1, &p2) };
     let holder_name = if busy == 0 { "p2" } else { "p1" };
@@ -502,8 +469,8 @@ async fn the_prefill_pool_follows_its_engines_kv_events() {
     let before = pd(other).await["prefilled"].as_u64().unwrap();
     for extra in 0..3 {
         let mut longer = shared.clone();
-        longer.extend(ids(20 + extra, 2));
-        complete(&gateway, &longer).await;
+        longer.extend(block_prompt(20 + extra, 2));
+        gateway.complete_ids("pd", &longer).await;
     }
     assert_eq!(pd(holder).await["prefilled"], 4);
     assert_eq!(pd(other).await["prefilled"].as_u64().unwrap(), before);

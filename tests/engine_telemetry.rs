@@ -9,13 +9,6 @@ use serde_json::{json, Value};
 
 use support::*;
 
-/// A prompt of `blocks` full blocks of token ids, distinct per `seed`.
-fn prompt(seed: u32, blocks: usize) -> Vec<u32> {
-    (0..(blocks * KV_BLOCK) as u32)
-        .map(|i| 1000 + seed * 10_000 + i)
-        .collect()
-}
-
 async fn wait_index(gateway: &Gateway, provider: &str, what: &str, check: impl Fn(&Value) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -35,7 +28,7 @@ async fn wait_index(gateway: &Gateway, provider: &str, what: &str, check: impl F
 /// route's target there (same identity: provider and model `chat`).
 fn hold(gateway: &Gateway, provider: &str, seed: u32) -> tokio::task::JoinHandle<()> {
     let url = gateway.url("/v1/completions");
-    let body = json!({"model": format!("{provider}/chat"), "prompt": prompt(seed, 1),
+    let body = json!({"model": format!("{provider}/chat"), "prompt": block_prompt(seed, 1),
                       "max_tokens": 400, "stream": true});
     tokio::spawn(async move {
         if let Ok(response) = client().post(url).json(&body).send().await {
@@ -59,7 +52,7 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
     let gateway = Gateway::start(&config).await;
 
     // The prompt's blocks land on b (pinned address), b publishes them.
-    let shared = prompt(1, 8);
+    let shared = block_prompt(1, 8);
     assert_eq!(gateway.complete_ids("b/m", &shared).await, "b");
     // A subscription may still be on its way when the first batch goes out
     // (ZeroMQ drops what a PUB socket sends before it knows the subscriber);
@@ -72,7 +65,9 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
-            gateway.complete_ids("b/m", &prompt(900 + filler, 1)).await,
+            gateway
+                .complete_ids("b/m", &block_prompt(900 + filler, 1))
+                .await,
             "b"
         );
     }
@@ -86,7 +81,7 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
     let _b_busy = [hold(&gateway, "b", 50), hold(&gateway, "b", 51)];
     let _a_busy = hold(&gateway, "a", 52);
     let mut longer = shared.clone();
-    longer.extend(prompt(2, 2));
+    longer.extend(block_prompt(2, 2));
     for _ in 0..5 {
         assert_eq!(gateway.complete_ids("chat", &longer).await, "b");
     }
@@ -97,14 +92,14 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
         i["events"]["all_blocks_cleared"]["applied"].as_u64() >= Some(1)
     })
     .await;
-    assert_eq!(gateway.complete_ids("chat", &prompt(3, 4)).await, "c");
+    assert_eq!(gateway.complete_ids("chat", &block_prompt(3, 4)).await, "c");
 
     // A lost batch: b stores a prompt whose events are dropped (a gap),
     // then another; replay fills the gap and both are known.
     b.control(json!({"kv_drop_next": 1})).await;
-    let gapped = prompt(4, 4);
+    let gapped = block_prompt(4, 4);
     assert_eq!(gateway.complete_ids("b/m", &gapped).await, "b");
-    assert_eq!(gateway.complete_ids("b/m", &prompt(5, 2)).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &block_prompt(5, 2)).await, "b");
     wait_index(&gateway, "b", "a replay", |i| {
         i["replays"]["ok"].as_u64() >= Some(1)
     })
@@ -113,7 +108,7 @@ async fn precise_cache_aware_follows_the_engines_kv_events() {
 
     // An engine restart (seq back to 0): b's old blocks are gone.
     b.control(json!({"kv_restart": true})).await;
-    assert_eq!(gateway.complete_ids("b/m", &prompt(6, 1)).await, "b");
+    assert_eq!(gateway.complete_ids("b/m", &block_prompt(6, 1)).await, "b");
     wait_index(&gateway, "b", "a restart reset", |i| {
         i["resets"]["restart"].as_u64() >= Some(1)
     })

@@ -167,20 +167,31 @@ fn text(span: &Span, key: &str) -> Option<String> {
     }
 }
 
+/// A gateway serving `fleet` (its providers and routes), tracing to
+/// `collector` with `[tracing]` lines `tracing_extra`, and one key
+/// (`sk-team`).
+async fn traced_gateway(collector: &Collector, fleet: &str, tracing_extra: &str) -> Gateway {
+    let url = collector.start().await;
+    let config = format!(
+        "[server]\nrequire_api_key = false\n\n{fleet}\n\
+         [tracing]\notlp_endpoint = \"{url}\"\n{tracing_extra}\n\n\
+         [[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n"
+    );
+    Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await
+}
+
 /// Engines `a` (failing with 503 when asked) and `b`, a gateway tracing to
 /// `collector` with `tracing_extra`, one key.
 async fn setup(collector: &Collector, tracing_extra: &str) -> (FakeEngine, FakeEngine, Gateway) {
-    let url = collector.start().await;
     let (a, b) = (FakeEngine::start("a", &[]), FakeEngine::start("b", &[]));
-    let config = format!(
-        "[server]\nrequire_api_key = false\n\n{}{}[[routes]]\nmodel = \"chat\"\nstrategy = \"round_robin\"\n\
-         targets = [{{ provider = \"a\" }}, {{ provider = \"b\" }}]\n\n[health]\nenabled = false\n\n\
-         [tracing]\notlp_endpoint = \"{url}\"\nservice_name = \"edge-gw\"\n{tracing_extra}\n\n\
-         [[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n",
+    let fleet = format!(
+        "{}{}[[routes]]\nmodel = \"chat\"\nstrategy = \"round_robin\"\n\
+         targets = [{{ provider = \"a\" }}, {{ provider = \"b\" }}]\n\n[health]\nenabled = false\n",
         provider("a", &a.url()),
         provider("b", &b.url()),
     );
-    let gateway = Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await;
+    let tracing = format!("service_name = \"edge-gw\"\n{tracing_extra}");
+    let gateway = traced_gateway(collector, &fleet, &tracing).await;
     (a, b, gateway)
 }
 
@@ -416,18 +427,15 @@ async fn sampling_follows_a_trusted_parent_and_a_full_queue_drops_and_counts() {
 #[tokio::test]
 async fn a_disaggregated_request_has_its_prefill_leg_before_its_decode_attempt() {
     let collector = Collector::default();
-    let url = collector.start().await;
     let p = FakeEngine::start("p", &["--pd-role", "prefill"]);
     let d = FakeEngine::start("d", &["--pd-role", "decode"]);
-    let config = format!(
-        "[server]\nrequire_api_key = false\n\n{}{}[[routes]]\nmodel = \"split\"\n\
-         disaggregation = {{ protocol = \"vllm\", prefill = [{{ provider = \"p\" }}], decode = [{{ provider = \"d\" }}] }}\n\n\
-         [tracing]\notlp_endpoint = \"{url}\"\n\n\
-         [[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n",
+    let fleet = format!(
+        "{}{}[[routes]]\nmodel = \"split\"\n\
+         disaggregation = {{ protocol = \"vllm\", prefill = [{{ provider = \"p\" }}], decode = [{{ provider = \"d\" }}] }}\n",
         provider("p", &p.url()),
         provider("d", &d.url()),
     );
-    let gateway = Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await;
+    let gateway = traced_gateway(&collector, &fleet, "").await;
     let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let response = traced_chat(
         &gateway,
@@ -466,15 +474,13 @@ async fn a_disaggregated_request_has_its_prefill_leg_before_its_decode_attempt()
 #[tokio::test]
 async fn a_request_held_by_flow_control_has_its_wait_as_a_span() {
     let collector = Collector::default();
-    let url = collector.start().await;
     let engine = FakeEngine::start("e", &["--token-delay-ms", "20"]);
-    let config = format!(
-        "[server]\nrequire_api_key = false\n\n{}max_concurrency = 1\n\n[[routes]]\nmodel = \"chat\"\n\
-         targets = [{{ provider = \"e\" }}]\n\n[health]\nenabled = false\n\n[flow_control]\nenabled = true\n\n\
-         [tracing]\notlp_endpoint = \"{url}\"\n\n[[api_keys]]\nname = \"team\"\nkey_env = \"TEAM_KEY\"\n",
+    let fleet = format!(
+        "{}max_concurrency = 1\n\n[[routes]]\nmodel = \"chat\"\n\
+         targets = [{{ provider = \"e\" }}]\n\n[health]\nenabled = false\n\n[flow_control]\nenabled = true\n",
         provider("e", &engine.url()).trim_end().to_owned() + "\n",
     );
-    let gateway = Gateway::start_with_env(&config, &[("TEAM_KEY", "sk-team")]).await;
+    let gateway = traced_gateway(&collector, &fleet, "").await;
     // The engine's one place is taken for ~400 ms.
     let url = gateway.url("/v1/chat/completions");
     let first = tokio::spawn(async move {

@@ -514,18 +514,31 @@ pub const KV_BLOCK: usize = 16;
 /// A fake engine publishing KV events (and answering replays) in blocks of
 /// [`KV_BLOCK`] tokens.
 pub fn kv_engine(name: &str) -> FakeEngine {
+    kv_engine_with(name, &[])
+}
+
+/// A [`kv_engine`] with `extra` arguments.
+pub fn kv_engine_with(name: &str, extra: &[&str]) -> FakeEngine {
     let block = KV_BLOCK.to_string();
-    FakeEngine::start(
-        name,
-        &[
-            "--kv-events",
-            "tcp://127.0.0.1:0",
-            "--kv-replay",
-            "tcp://127.0.0.1:0",
-            "--block-size",
-            &block,
-        ],
-    )
+    let args: Vec<&str> = [
+        "--kv-events",
+        "tcp://127.0.0.1:0",
+        "--kv-replay",
+        "tcp://127.0.0.1:0",
+        "--block-size",
+        &block,
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    FakeEngine::start(name, &args)
+}
+
+/// A prompt of `blocks` full [`KV_BLOCK`]s of token ids, distinct per `seed`.
+pub fn block_prompt(seed: u32, blocks: usize) -> Vec<u32> {
+    (0..(blocks * KV_BLOCK) as u32)
+        .map(|i| 1000 + seed * 10_000 + i)
+        .collect()
 }
 
 /// `[[providers]]` for a [`kv_engine`], with its `[providers.kv_events]`.
