@@ -577,10 +577,10 @@ pub struct RouteTable {
     pub tokenizer_budget_kib: Option<u32>,
     /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
     /// target keeps a request unless its waiting requests (queued or in
-    /// prefill) exceed `min_load` and `load_ratio` times the least loaded
-    /// target's. Default: 2 and 1.5 under `cache_aware`, 4 and 2.0 under
-    /// `precise_cache_aware`; a field left out keeps the strategy's
-    /// default. Read only by those two strategies.
+    /// prefill) are more than `min_load` past the least loaded target's
+    /// and more than `load_ratio` times it. Default: 2 and 1.5 under
+    /// `cache_aware`, 4 and 2.0 under `precise_cache_aware`; a field left
+    /// out keeps the strategy's default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// The API endpoints requests for this model may use, by name:
@@ -643,8 +643,9 @@ pub const MAX_MIN_PREFILL_TOKENS: u64 = 10_000_000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CacheGuardTable {
-    /// Waiting requests a warm target may hold before the guard can move a
-    /// request off it. Default: 2; 0 to 10000.
+    /// Waiting requests a warm target may hold past the least loaded
+    /// target's before the guard can move a request off it. Default: 2; 0
+    /// to 10000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_load: Option<u64>,
     /// How many times the least loaded target's waiting requests a warm
@@ -709,10 +710,10 @@ pub struct ProviderGroupTable {
     pub tokenizer_budget_kib: Option<u32>,
     /// The load guard of `cache_aware` and `precise_cache_aware`: a warm
     /// target keeps a request unless its waiting requests (queued or in
-    /// prefill) exceed `min_load` and `load_ratio` times the least loaded
-    /// target's. Default: 2 and 1.5 under `cache_aware`, 4 and 2.0 under
-    /// `precise_cache_aware`; a field left out keeps the strategy's
-    /// default. Read only by those two strategies.
+    /// prefill) are more than `min_load` past the least loaded target's
+    /// and more than `load_ratio` times it. Default: 2 and 1.5 under
+    /// `cache_aware`, 4 and 2.0 under `precise_cache_aware`; a field left
+    /// out keeps the strategy's default. Read only by those two strategies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_guard: Option<CacheGuardTable>,
     /// The API endpoints requests for this model may use, by name:

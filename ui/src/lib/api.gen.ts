@@ -733,8 +733,9 @@ export interface components {
             load_ratio?: number | null;
             /**
              * Format: int64
-             * @description Waiting requests a warm target may hold before the guard can move a
-             *     request off it. Default: 2; 0 to 10000.
+             * @description Waiting requests a warm target may hold past the least loaded
+             *     target's before the guard can move a request off it. Default: 2; 0
+             *     to 10000.
              */
             min_load?: number | null;
         };
@@ -5972,7 +5973,7 @@ export const FIELD_HELP = {
     "open_secs": "How long an open breaker refuses requests before it admits one probe request (half-open), in seconds. Default: 30; 1 to 3600."
   },
   "CacheGuardTable": {
-    "min_load": "Waiting requests a warm target may hold before the guard can move a request off it. Default: 2; 0 to 10000.",
+    "min_load": "Waiting requests a warm target may hold past the least loaded target's before the guard can move a request off it. Default: 2; 0 to 10000.",
     "load_ratio": "How many times the least loaded target's waiting requests a warm target may hold. Default: 1.5; 1 to 100."
   },
   "CatalogTable": {

@@ -43,8 +43,9 @@ impl KvBlockScorer {
 
     /// The same scorer with `cache_aware`'s load guard over the targets'
     /// waiting requests (in flight, not past their first token): affinity
-    /// to an engine whose prefill queue is more than `guard.min_load` and
-    /// `guard.load_ratio` times the least loaded target's is dropped for
+    /// to an engine whose prefill queue is more than `guard.min_load`
+    /// requests past the least loaded target's and more than
+    /// `guard.load_ratio` times it is dropped for
     /// that pick, and load decides. Without it, a popular tenant's prefix
     /// (weight 1.0 against load's 0.25) keeps one engine hot however long
     /// its queue grows.

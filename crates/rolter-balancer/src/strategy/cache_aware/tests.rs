@@ -63,10 +63,10 @@ fn warm_replica_keeps_affinity_within_the_guard() {
     let next = with_question(&system, 1);
     // At most 2 in flight: kept, however idle the others.
     assert_eq!(lb.pick(&ctx(&next), &[0, 0, 2]), Some(2));
-    // More than 2, but not more than 1.5x the least loaded (3 vs 2).
+    // More than 2, but not more than 2 past the least loaded (3 vs 2).
     assert_eq!(lb.pick(&ctx(&next), &[2, 5, 3]), Some(2));
-    // 6 vs 4: exactly 1.5x is not past it.
-    assert_eq!(lb.pick(&ctx(&next), &[4, 9, 6]), Some(2));
+    // 9 vs 6: 3 past it, but exactly 1.5x is not past it.
+    assert_eq!(lb.pick(&ctx(&next), &[6, 12, 9]), Some(2));
     assert_eq!(lb.decisions().affinity, 3);
 }
 
@@ -76,9 +76,10 @@ fn warm_replica_spreads_past_guard() {
     let system = system_prompt(3_000);
     lb.observe(2, &ctx(&with_question(&system, 0)));
     let next = with_question(&system, 1);
-    // 3 in flight against an idle target: more than 2 and more than 1.5x.
+    // 3 in flight against an idle target: more than 2 past it and more
+    // than 1.5x.
     assert_eq!(lb.pick(&ctx(&next), &[1, 0, 3]), Some(1));
-    // 7 against 4: past 1.5x (6).
+    // 7 against 4: 3 past it, and past 1.5x (6).
     assert_eq!(lb.pick(&ctx(&next), &[4, 5, 7]), Some(0));
     assert_eq!(lb.decisions().spread, 2);
 }
@@ -303,20 +304,46 @@ fn the_guard_thresholds_are_the_routes() {
         lb.observe(0, &ctx(&conversation));
         lb
     };
-    // 3 against 1: the default guard (more than 2 and 1.5x) trips.
+    // 4 against 1: the default guard (more than 2 and 1.5x past) trips.
     assert_eq!(
-        lb(CacheGuard::default()).pick(&ctx(&conversation), &[3, 1]),
+        lb(CacheGuard::default()).pick(&ctx(&conversation), &[4, 1]),
         Some(1)
     );
     let patient = CacheGuard {
         min_load: 8,
         load_ratio: 1.5,
     };
-    assert_eq!(lb(patient).pick(&ctx(&conversation), &[3, 1]), Some(0));
+    assert_eq!(lb(patient).pick(&ctx(&conversation), &[4, 1]), Some(0));
     let ratio = CacheGuard {
         min_load: 2,
         load_ratio: 4.0,
     };
-    assert_eq!(lb(ratio).pick(&ctx(&conversation), &[3, 1]), Some(0));
+    assert_eq!(lb(ratio).pick(&ctx(&conversation), &[4, 1]), Some(0));
     assert_eq!(lb(ratio).pick(&ctx(&conversation), &[5, 1]), Some(1));
+}
+
+/// The guard's "more than 2" is counted past the least loaded target, as
+/// its "1.5x" is: a warm engine one queued request ahead of a peer that
+/// has one waiting keeps the conversation, whose history would otherwise
+/// be prefilled again elsewhere.
+#[test]
+fn the_guard_counts_requests_past_the_least_loaded() {
+    let guard = CacheGuard::default();
+    assert!(
+        !guard.trips(3, 1),
+        "2 past the least loaded is not more than 2"
+    );
+    assert!(guard.trips(4, 1), "3 past it, and 4x");
+    assert!(guard.trips(3, 0), "3 past an idle peer");
+    assert!(!guard.trips(2, 0), "never at 2 or fewer");
+    assert!(!guard.trips(9, 6), "3 past it, but only 1.5x");
+    assert!(guard.trips(10, 6), "4 past it and more than 1.5x");
+
+    let conversation = with_question(&system_prompt(6_000), 3);
+    let lb = CacheAware::from_seed(3, 5).with_guard(guard, Arc::new(NoViews));
+    lb.observe(0, &ctx(&conversation));
+    assert_eq!(lb.pick(&ctx(&conversation), &[3, 1, 1]), Some(0));
+    assert_eq!(lb.pick(&ctx(&conversation), &[4, 1, 2]), Some(1));
+    let decisions = lb.decisions();
+    assert_eq!((decisions.affinity, decisions.spread), (1, 1));
 }
