@@ -412,7 +412,10 @@ where
             Err(e) => return (false, Some(e)),
         };
 
-        let client_session = self.client_upstream.get_http_session(&*peer).await;
+        // rolter: the connect (and TLS handshake) future is boxed, and so are
+        // the h2 and custom arms below: held inline, the largest of them sized
+        // every request's future, which an open stream keeps for its life.
+        let client_session = Box::pin(self.client_upstream.get_http_session(&*peer)).await;
         match client_session {
             Ok((client_session, client_reused)) => {
                 let (server_reused, error) = match client_session {
@@ -429,9 +432,14 @@ where
                         (server_reused, error)
                     }
                     ClientSession::H2(mut h2) => {
-                        let (server_reused, mut error) = self
-                            .proxy_to_h2_upstream(session, &mut h2, client_reused, &peer, ctx)
-                            .await;
+                        let (server_reused, mut error) = Box::pin(self.proxy_to_h2_upstream(
+                            session,
+                            &mut h2,
+                            client_reused,
+                            &peer,
+                            ctx,
+                        ))
+                        .await;
                         let session = ClientSession::H2(h2);
                         self.client_upstream
                             .release_http_session(session, &*peer, peer.idle_timeout())
@@ -458,9 +466,14 @@ where
                         (server_reused, error)
                     }
                     ClientSession::Custom(mut c) => {
-                        let (server_reused, error) = self
-                            .proxy_to_custom_upstream(session, &mut c, client_reused, &peer, ctx)
-                            .await;
+                        let (server_reused, error) = Box::pin(self.proxy_to_custom_upstream(
+                            session,
+                            &mut c,
+                            client_reused,
+                            &peer,
+                            ctx,
+                        ))
+                        .await;
                         let session = ClientSession::Custom(c);
                         self.client_upstream
                             .release_http_session(session, &*peer, peer.idle_timeout())

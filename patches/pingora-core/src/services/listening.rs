@@ -231,7 +231,9 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                     let shutdown = shutdown.clone();
                     current_handle().spawn(async move {
                         let peer_addr = io.peer_addr();
-                        match timeout(Duration::from_secs(60), io.handshake()).await {
+                        // rolter: the handshake (TLS's is ~8 KiB) is boxed; held
+                        // inline it sized the connection's task for its life.
+                        match timeout(Duration::from_secs(60), Box::pin(io.handshake())).await {
                             Ok(handshake) => {
                                 match handshake {
                                     Ok(io) => Self::handle_event(io, app, shutdown).await,
