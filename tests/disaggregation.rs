@@ -102,12 +102,7 @@ impl Fleet {
     }
 
     async fn chat(&self, body: Value) -> reqwest::Response {
-        client()
-            .post(self.gateway.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+        self.gateway.post_chat(&body).await
     }
 }
 
@@ -355,12 +350,9 @@ async fn a_failed_decode_attempt_prefills_again_unless_its_engine_never_saw_the_
     // retry on `d` comes with a fresh prefill.
     let gateway = Gateway::start(&config("sick")).await;
     for i in 0..2 {
-        let response = client()
-            .post(gateway.url("/v1/chat/completions"))
-            .json(&long_chat(&format!("sick {i} "), false))
-            .send()
-            .await
-            .unwrap();
+        let response = gateway
+            .post_chat(&long_chat(&format!("sick {i} "), false))
+            .await;
         assert_eq!(response.status(), 200);
     }
     let retried = pd(&p).await["prefilled"].as_u64().unwrap();
@@ -373,12 +365,9 @@ async fn a_failed_decode_attempt_prefills_again_unless_its_engine_never_saw_the_
     // reuses the handle, one prefill per request.
     let gateway = Gateway::start(&config("dead")).await;
     for i in 0..2 {
-        let response = client()
-            .post(gateway.url("/v1/chat/completions"))
-            .json(&long_chat(&format!("dead {i} "), false))
-            .send()
-            .await
-            .unwrap();
+        let response = gateway
+            .post_chat(&long_chat(&format!("dead {i} "), false))
+            .await;
         assert_eq!(response.status(), 200);
     }
     assert_eq!(pd(&p).await["prefilled"].as_u64().unwrap() - retried, 2);
@@ -493,12 +482,9 @@ async fn an_unreachable_sglang_prefill_engine_is_retried_around() {
     );
     let gateway = Gateway::start(&config).await;
     for i in 0..3 {
-        let response = client()
-            .post(gateway.url("/v1/chat/completions"))
-            .json(&long_chat(&format!("around {i} "), i == 1))
-            .send()
-            .await
-            .unwrap();
+        let response = gateway
+            .post_chat(&long_chat(&format!("around {i} "), i == 1))
+            .await;
         assert_eq!(response.status(), 200);
         let _ = response.text().await.unwrap();
     }
@@ -531,12 +517,9 @@ async fn vllm_prefill_legs_reuse_their_connection_to_the_engine() {
     let gateway = Gateway::start(&config).await;
     let before = p.stats().await["connections"].as_u64().unwrap();
     for i in 0..6 {
-        let response = client()
-            .post(gateway.url("/v1/chat/completions"))
-            .json(&long_chat(&format!("kept {i} "), false))
-            .send()
-            .await
-            .unwrap();
+        let response = gateway
+            .post_chat(&long_chat(&format!("kept {i} "), false))
+            .await;
         assert_eq!(response.status(), 200);
     }
     assert_eq!(pd(&p).await["prefilled"], 6);

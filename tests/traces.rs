@@ -96,6 +96,12 @@ impl Collector {
         }
     }
 
+    /// The spans of the caller's trace ([`CALLER_TRACE`]) once `roots`
+    /// requests' root spans arrived.
+    async fn callers_trace(&self, roots: usize) -> Vec<Span> {
+        self.trace(&hex::decode(CALLER_TRACE).unwrap(), roots).await
+    }
+
     fn services(&self) -> Vec<String> {
         self.spans
             .lock()
@@ -198,6 +204,17 @@ async fn setup(collector: &Collector, tracing_extra: &str) -> (FakeEngine, FakeE
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
+/// The `traceparent` of a caller whose sampled trace [`CALLER_TRACE`] is
+/// at span [`CALLER_SPAN`].
+fn caller_parent() -> String {
+    format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+}
+
+/// A key holder's chat that continues the caller's sampled trace.
+async fn chat_in_callers_trace(gateway: &Gateway, body: Value) -> reqwest::Response {
+    traced_chat(gateway, Some("sk-team"), Some(&caller_parent()), body).await
+}
+
 async fn traced_chat(
     gateway: &Gateway,
     key: Option<&str>,
@@ -223,23 +240,14 @@ async fn a_request_is_one_trace_with_its_attempts_and_the_engine_continues_it() 
     let collector = Collector::default();
     let (a, _b, gateway) = setup(&collector, "").await;
     a.control(json!({"fail_status": 503})).await;
-    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     // Round robin: one of two requests tries `a` first and fails over.
     let mut answers = Vec::new();
     for _ in 0..2 {
-        let response = traced_chat(
-            &gateway,
-            Some("sk-team"),
-            Some(&parent),
-            chat_body("chat", "hi"),
-        )
-        .await;
+        let response = chat_in_callers_trace(&gateway, chat_body("chat", "hi")).await;
         assert_eq!(response.status(), 200);
         answers.push(response.json::<Value>().await.unwrap());
     }
-    let trace = collector
-        .trace(&hex::decode(CALLER_TRACE).unwrap(), 2)
-        .await;
+    let trace = collector.callers_trace(2).await;
 
     // The caller's trace continues: its span is the root's remote parent.
     let roots: Vec<&Span> = trace.iter().filter(|s| s.kind == SERVER).collect();
@@ -317,7 +325,7 @@ async fn a_request_is_one_trace_with_its_attempts_and_the_engine_continues_it() 
 async fn an_anonymous_callers_trace_is_not_continued_and_a_stream_has_its_first_token() {
     let collector = Collector::default();
     let (_a, _b, gateway) = setup(&collector, "").await;
-    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let parent = caller_parent();
     let body = json!({"model": "chat", "max_tokens": 3, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let response = traced_chat(&gateway, None, Some(&parent), body).await;
     assert_eq!(response.status(), 200);
@@ -378,18 +386,9 @@ async fn sampling_follows_a_trusted_parent_and_a_full_queue_drops_and_counts() {
         .to_string();
     assert!(sent.ends_with("-00"), "{sent}");
     // A key holder's sampled trace is kept whatever the ratio.
-    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    let response = traced_chat(
-        &gateway,
-        Some("sk-team"),
-        Some(&parent),
-        chat_body("chat", "hi"),
-    )
-    .await;
+    let response = chat_in_callers_trace(&gateway, chat_body("chat", "hi")).await;
     assert_eq!(response.status(), 200);
-    let trace = collector
-        .trace(&hex::decode(CALLER_TRACE).unwrap(), 1)
-        .await;
+    let trace = collector.callers_trace(1).await;
     assert!(trace.len() >= 2);
     let unsampled = hex::decode(&sent[3..35]).unwrap();
     assert!(collector
@@ -436,19 +435,14 @@ async fn a_disaggregated_request_has_its_prefill_leg_before_its_decode_attempt()
         provider("d", &d.url()),
     );
     let gateway = traced_gateway(&collector, &fleet, "").await;
-    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    let response = traced_chat(
+    let response = chat_in_callers_trace(
         &gateway,
-        Some("sk-team"),
-        Some(&parent),
         chat_body("split", "a question worth a remote prefill"),
     )
     .await;
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
-    let trace = collector
-        .trace(&hex::decode(CALLER_TRACE).unwrap(), 1)
-        .await;
+    let trace = collector.callers_trace(1).await;
     let root = trace.iter().find(|s| s.kind == SERVER).unwrap();
     let legs: Vec<&Span> = trace.iter().filter(|s| s.kind == CLIENT).collect();
     assert_eq!(legs.len(), 2, "{legs:#?}");
@@ -500,19 +494,10 @@ async fn a_request_held_by_flow_control_has_its_wait_as_a_span() {
         || async { engine.stats().await["running"].as_u64() == Some(1) },
     )
     .await;
-    let parent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    let response = traced_chat(
-        &gateway,
-        Some("sk-team"),
-        Some(&parent),
-        chat_body("chat", "hi"),
-    )
-    .await;
+    let response = chat_in_callers_trace(&gateway, chat_body("chat", "hi")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(first.await.unwrap(), 200);
-    let trace = collector
-        .trace(&hex::decode(CALLER_TRACE).unwrap(), 1)
-        .await;
+    let trace = collector.callers_trace(1).await;
     let root = trace.iter().find(|s| s.kind == SERVER).unwrap();
     let wait = trace
         .iter()

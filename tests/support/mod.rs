@@ -383,9 +383,14 @@ impl Gateway {
 
     /// POSTs a chat completion for `model` and returns the response.
     pub async fn chat(&self, model: &str, content: &str) -> reqwest::Response {
+        self.post_chat(&chat_body(model, content)).await
+    }
+
+    /// POSTs `body` to `/v1/chat/completions` and returns the response.
+    pub async fn post_chat(&self, body: &serde_json::Value) -> reqwest::Response {
         client()
             .post(self.url("/v1/chat/completions"))
-            .json(&chat_body(model, content))
+            .json(body)
             .send()
             .await
             .expect("chat request")

@@ -123,25 +123,13 @@ async fn an_sglang_decode_engine_waits_for_its_room_on_the_named_bootstrap_serve
         .await
         .contains("bootstrap server"));
     // Decode first, prefill a moment later: the decode engine waits.
-    let waiting = {
-        let body = with(chat("question"), room(7));
-        let url = decode.url("/v1/chat/completions");
-        tokio::spawn(async move {
-            super::client()
-                .post(url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
-    };
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let response = prefill
-        .post("/v1/chat/completions", &with(chat("question"), room(7)))
-        .await;
-    assert_eq!(response.status(), 200);
-    assert_eq!(waiting.await.unwrap(), 200);
+    let body = with(chat("question"), room(7));
+    let (decoded, prefilled) = tokio::join!(decode.post("/v1/chat/completions", &body), async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        prefill.post("/v1/chat/completions", &body).await
+    });
+    assert_eq!(prefilled.status(), 200);
+    assert_eq!(decoded.status(), 200);
     // A room holding another prompt is refused.
     let response = prefill
         .post("/v1/chat/completions", &with(chat("one"), room(8)))
