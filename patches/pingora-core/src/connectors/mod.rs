@@ -42,6 +42,32 @@ use std::time::{Duration, Instant};
 use tls::TlsConnector;
 use tokio::sync::Mutex;
 
+/// How often [`released`] looks again for the idle poll's last reference:
+/// yields first, then sleeps of a millisecond, a few milliseconds at most.
+const RELEASE_YIELDS: usize = 8;
+const RELEASE_SLEEPS: usize = 4;
+
+/// The stream behind `shared` once the idle poll that watched it has let go
+/// of it. The poll's lock guard owns a clone of the `Arc` and releases the
+/// lock before it drops that clone, so a taker woken on another thread can
+/// see two owners for a moment (longer when the poll's thread is preempted
+/// in between). Waiting briefly keeps a healthy connection that would
+/// otherwise be closed and replaced by a new one.
+async fn released<T>(mut shared: Arc<Mutex<T>>) -> std::result::Result<Mutex<T>, Arc<Mutex<T>>> {
+    for attempt in 0..RELEASE_YIELDS + RELEASE_SLEEPS {
+        match Arc::try_unwrap(shared) {
+            Ok(lock) => return Ok(lock),
+            Err(back) => shared = back,
+        }
+        if attempt < RELEASE_YIELDS {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    Arc::try_unwrap(shared)
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct IdleConnection {
     connection: ConnectionMeta,
@@ -255,7 +281,7 @@ impl TransportConnector {
                 {
                     let _ = s.lock().await;
                 } // wait for the idle poll to release it
-                match Arc::try_unwrap(s) {
+                match released(s).await {
                     Ok(l) => {
                         let mut stream = l.into_inner();
                         // test_reusable_stream: we assume server would never actively send data
