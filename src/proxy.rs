@@ -177,7 +177,11 @@ impl ProxyHttp for Gateway {
             waiting::dispatch_in_turn(&self.state, session, ctx, &queue).await?
         };
         // A disaggregated request's prefill leg, for this decode attempt.
-        disaggregation::prepare(&self.state, session, ctx).await?;
+        // Boxed: its future (an HTTP call) is most of this phase's size, and
+        // Pingora moves the whole phase future into a box on every request.
+        if ctx.admitted.as_ref().is_some_and(|a| a.disaggregated) {
+            Box::pin(disaggregation::prepare(&self.state, session, ctx)).await?;
+        }
         Ok(peer)
     }
 
