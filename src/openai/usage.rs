@@ -12,8 +12,22 @@
 //! searched for `"usage"` and the object parsed in place; one cut by a chunk
 //! boundary is carried (at most [`MAX_CARRY`] bytes) into the next.
 
+use std::sync::LazyLock;
+
 use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
 use serde::Deserialize;
+
+/// The key every API names its token counts with.
+const USAGE_KEY: &[u8] = b"\"usage\"";
+
+/// The searchers of the SSE path, built once: building one costs more than
+/// running it over a chunk, and every chunk of every stream is searched.
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(USAGE_KEY));
+static EVENT_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
+static EVENT_END_CRLF: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\r\n"));
+static NO_CHOICES: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"choices\":[]"));
+static USAGE_OBJECT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":{"));
 
 /// Tokens of one request, as its engine counted them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,37 +131,49 @@ impl UsageReader {
     }
 
     fn scan(&mut self, bytes: &[u8]) {
-        let finder = memchr::memmem::Finder::new(b"\"usage\"");
         let mut from = 0;
-        while let Some(at) = finder.find(&bytes[from..]) {
-            let key_end = from + at + b"\"usage\"".len();
-            let rest = bytes[key_end..].trim_ascii_start();
-            from = key_end;
-            let Some(value) = rest.strip_prefix(b":") else {
-                continue;
+        while let Some(at) = USAGE.find(&bytes[from..]) {
+            let key_start = from + at;
+            from = key_start + USAGE_KEY.len();
+            let rest = bytes[from..].trim_ascii_start();
+            let cut = match rest.strip_prefix(b":") {
+                Some(value) => self.read_value(value),
+                // The key ends the chunk: its value comes with the next.
+                None => rest.is_empty(),
             };
-            let mut values =
-                serde_json::Deserializer::from_slice(value).into_iter::<Option<RawUsage>>();
-            match values.next() {
-                Some(Ok(Some(raw))) => {
-                    if let Some(usage) = Usage::of(&raw) {
-                        self.usage = Some(self.usage.map_or(usage, |u| u.merge(usage)));
-                    }
+            if cut {
+                if bytes.len() - key_start <= MAX_CARRY {
+                    self.carry = bytes[key_start..].to_vec();
                 }
-                Some(Err(e)) if e.is_eof() => {
-                    let start = from - b"\"usage\"".len();
-                    if bytes.len() - start <= MAX_CARRY {
-                        self.carry = bytes[start..].to_vec();
-                    }
-                    return;
-                }
-                _ => {}
+                return;
             }
         }
-        // A key cut in two ("usa" | "ge"): keep the last few bytes.
-        let tail = bytes.len().saturating_sub(b"\"usage\"".len());
-        if bytes[tail..].contains(&b'"') {
-            self.carry = bytes[tail..].to_vec();
+        // A key cut in two ("usa" | "ge"): keep the part that came. Only
+        // an end that can begin the key is kept, so the usual chunk (one
+        // ending `"stop"}]}` and a blank line) costs no copy.
+        if let Some(cut) = (1..USAGE_KEY.len())
+            .rev()
+            .find(|&k| bytes.ends_with(&USAGE_KEY[..k]))
+        {
+            self.carry = bytes[bytes.len() - cut..].to_vec();
+        }
+    }
+
+    /// Reads the value after a `"usage":`; whether the chunk cut it (inside
+    /// the object, or right after the colon).
+    fn read_value(&mut self, value: &[u8]) -> bool {
+        let mut values =
+            serde_json::Deserializer::from_slice(value).into_iter::<Option<RawUsage>>();
+        match values.next() {
+            Some(Ok(Some(raw))) => {
+                if let Some(usage) = Usage::of(&raw) {
+                    self.usage = Some(self.usage.map_or(usage, |u| u.merge(usage)));
+                }
+                false
+            }
+            Some(Ok(None)) => false,
+            Some(Err(e)) => e.is_eof(),
+            None => true,
         }
     }
 }
@@ -169,8 +195,7 @@ pub struct UsageChunkFilter {
 impl UsageChunkFilter {
     /// What of `chunk` goes to the client (`end`: the stream's last chunk).
     pub fn filter(&mut self, chunk: Bytes, end: bool) -> Bytes {
-        let finder = memchr::memmem::Finder::new(b"\"usage\"");
-        if self.pending.is_empty() && chunk.ends_with(b"\n\n") && finder.find(&chunk).is_none() {
+        if self.pending.is_empty() && chunk.ends_with(b"\n\n") && USAGE.find(&chunk).is_none() {
             return chunk;
         }
         let mut data = std::mem::take(&mut self.pending);
@@ -197,8 +222,8 @@ impl UsageChunkFilter {
 /// The length of the first complete SSE event of `bytes`, its blank line
 /// (`\n\n` or `\r\n\r\n`) included.
 fn event_len(bytes: &[u8]) -> Option<usize> {
-    let lf = memchr::memmem::find(bytes, b"\n\n").map(|at| at + 2);
-    let crlf = memchr::memmem::find(bytes, b"\n\r\n").map(|at| at + 3);
+    let lf = EVENT_END.find(bytes).map(|at| at + 2);
+    let crlf = EVENT_END_CRLF.find(bytes).map(|at| at + 3);
     match (lf, crlf) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -207,8 +232,7 @@ fn event_len(bytes: &[u8]) -> Option<usize> {
 
 /// Whether an SSE event is a chat or completions usage-only chunk.
 fn is_usage_event(event: &[u8]) -> bool {
-    let has = |needle: &[u8]| memchr::memmem::find(event, needle).is_some();
-    has(b"\"choices\":[]") && has(b"\"usage\":{")
+    NO_CHOICES.find(event).is_some() && USAGE_OBJECT.find(event).is_some()
 }
 
 #[cfg(test)]
@@ -284,6 +308,35 @@ mod tests {
                 completion: 2
             })
         );
+    }
+
+    #[test]
+    fn every_cut_of_a_stream_reads_the_same_usage() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"usage\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\" : {\"prompt_tokens\":4,\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let expected = Some(Usage {
+            prompt: 4,
+            cached: 0,
+            completion: 2,
+        });
+        for a in 0..=stream.len() {
+            for b in (a..=stream.len()).step_by(3) {
+                let pieces = [&stream[..a], &stream[a..b], &stream[b..]];
+                assert_eq!(read(&pieces), expected, "cut at {a} and {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunk_that_cannot_begin_the_key_is_not_carried() {
+        let mut reader = UsageReader::default();
+        reader.feed(b"data: {\"choices\":[{\"finish_reason\":\"stop\"}]}\n\n");
+        assert!(reader.carry.is_empty());
+        reader.feed(b"data: {\"choices\":[],\"usa");
+        assert_eq!(reader.carry, b"\"usa");
     }
 
     #[test]
