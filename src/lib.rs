@@ -5,6 +5,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod allocator;
 pub mod auth;
 pub mod clock;
 pub mod config;

@@ -10,6 +10,15 @@ use rolter_fake_llm as fake_llm;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: freed pages stay with the
+/// process until `rolter::allocator`'s purge gives them back (its decay
+/// returned them after every request that churned large buffers).
+/// `_RJEM_MALLOC_CONF` in the environment still overrides it.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: Option<&'static std::ffi::c_char> =
+    // SAFETY: a pointer to the first byte of a static NUL-terminated string.
+    Some(unsafe { &*c"dirty_decay_ms:-1".as_ptr() });
+
 #[derive(Parser)]
 #[command(
     name = "rolter",

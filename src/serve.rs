@@ -334,5 +334,9 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
         "signals",
         SignalService::new(state, reloader),
     ));
+    server.add_service(background_service(
+        "allocator purge",
+        crate::allocator::PurgeService,
+    ));
     server.run_forever()
 }

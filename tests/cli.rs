@@ -125,3 +125,21 @@ fn shipped_example_configuration_validates() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
 }
+
+/// The binary's jemalloc keeps freed pages until `rolter::allocator`'s purge
+/// (`src/main.rs`): its options string must reach jemalloc, which reads it
+/// through a weak symbol before `main`.
+#[test]
+fn the_binary_tells_jemalloc_to_keep_freed_pages_for_the_purge() {
+    let output = Command::new(ROLTER)
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stats = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stats.contains("opt.dirty_decay_ms: -1"),
+        "jemalloc's options at exit:\n{stats}"
+    );
+}
