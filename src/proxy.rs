@@ -52,6 +52,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 
+use ctx::Attempt;
 pub use ctx::RequestCtx;
 pub use forwarding::ClientOrigin;
 pub use request_id::REQUEST_ID_HEADER;
@@ -60,6 +61,7 @@ use admission::Next;
 use dispatch::Dispatch;
 use outcome::{attempt_failed, attempt_succeeded, Failure};
 
+use crate::auth::Caller;
 use crate::error::GatewayError;
 use crate::response_homes::{self, Home};
 use crate::state::GatewayState;
@@ -100,6 +102,28 @@ fn is_event_stream(value: &[u8]) -> bool {
     media
         .trim_ascii()
         .eq_ignore_ascii_case(b"text/event-stream")
+}
+
+/// Charges the caller's `tpm` window what the engine reported for the
+/// current attempt, here and, through the next flush, in Redis; once per
+/// attempt.
+fn charge_usage(state: &GatewayState, caller: Option<&Caller>, attempt: &mut Attempt) {
+    let Some(usage) = attempt.usage.usage().filter(|_| !attempt.usage_charged) else {
+        return;
+    };
+    attempt.usage_charged = true;
+    let Some(caller) = caller else {
+        return;
+    };
+    if let Some(limits) = caller.limits() {
+        let tokens = usage.prompt + usage.completion;
+        limits.charge_tokens(crate::clock::now_ms(), tokens);
+        state
+            .learned
+            .rate_limits
+            .shared
+            .charge_tokens(&caller.name, tokens);
+    }
 }
 
 fn error_with(etype: ErrorType, context: String, retry: bool) -> Box<Error> {
@@ -351,6 +375,12 @@ impl ProxyHttp for Gateway {
             if let Some(chunk) = body.as_deref().filter(|b| !b.is_empty()) {
                 attempt.usage.feed(chunk);
             }
+            if end_of_stream {
+                // Before the answer's last bytes go to the client: a client
+                // that sends its next request once this one ends finds its
+                // tokens counted.
+                charge_usage(&self.state, ctx.caller.as_deref(), attempt);
+            }
         }
         if !attempt.teaches {
             return Ok(None);
@@ -541,6 +571,10 @@ impl ProxyHttp for Gateway {
         if let Some(e) = e {
             ctx.downstream_failed(e);
         }
+        // An answer cut short is charged what it reported before it broke.
+        if let Some(attempt) = ctx.attempt.as_mut() {
+            charge_usage(&self.state, ctx.caller.as_deref(), attempt);
+        }
         let cancelled = ctx.client_cancelled;
         // Nothing reached the client because it left first: nginx's 499.
         let status = if written == 0 && cancelled {
@@ -561,19 +595,6 @@ impl ProxyHttp for Gateway {
             if let Some(usage) = attempt.usage.usage() {
                 let key = ctx.caller.as_ref().map_or("-", |c| c.name.as_str());
                 self.state.metrics.record_tokens(key, route, target, usage);
-                // The key's `tpm` window is charged what the engine reported,
-                // here and, through the next flush, in Redis.
-                if let Some(caller) = &ctx.caller {
-                    if let Some(limits) = caller.limits() {
-                        let tokens = usage.prompt + usage.completion;
-                        limits.charge_tokens(crate::clock::now_ms(), tokens);
-                        self.state
-                            .learned
-                            .rate_limits
-                            .shared
-                            .charge_tokens(&caller.name, tokens);
-                    }
-                }
             }
         }
         if cancelled {

@@ -138,6 +138,9 @@ pub struct Attempt {
     pub first_byte: Option<Duration>,
     /// The tokens the engine reports in its answer.
     pub usage: UsageReader,
+    /// The caller's token limits were charged the usage (once, when the
+    /// engine's answer ended).
+    pub usage_charged: bool,
     /// Set on a stream whose usage chunk the gateway asked for and the
     /// client did not: it is kept from the client.
     pub usage_filter: Option<UsageChunkFilter>,

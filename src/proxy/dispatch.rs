@@ -97,6 +97,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             streaming: false,
             first_byte: None,
             usage: Default::default(),
+            usage_charged: false,
             usage_filter: None,
         };
         ctx.tried.insert(index);
