@@ -279,7 +279,7 @@ def main(argv: list[str]) -> int:
             raise SetupError("k6 not found (make deps)")
         ctx = {"processes": processes, "k6": k6, "client_cpus": client_cpus, "seconds": args.seconds,
                "frequency": args.frequency, "keep_stacks": args.keep_stacks}
-        for name in args.workloads.split(","):
+        for name in filter(None, args.workloads.split(",")):
             workload = WORKLOADS[name]
             engine = start_fake_llm(rolter, work, processes, client_cpus, f"engine-{name}",
                                     workload.engine_delay_ms)

@@ -6,7 +6,9 @@ use rolter::{config, control, demo, serve};
 use rolter_fake_llm as fake_llm;
 
 // jemalloc rather than glibc's malloc: the request path allocates and frees
-// small buffers on every worker thread; see Cargo.toml.
+// small buffers on every worker thread; see Cargo.toml. The `heap-profile`
+// build keeps the system's, which valgrind can follow.
+#[cfg(not(feature = "heap-profile"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -14,6 +16,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// process until `rolter::allocator`'s purge gives them back (its decay
 /// returned them after every request that churned large buffers).
 /// `_RJEM_MALLOC_CONF` in the environment still overrides it.
+#[cfg(not(feature = "heap-profile"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: Option<&'static std::ffi::c_char> =
     // SAFETY: a pointer to the first byte of a static NUL-terminated string.

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header;
+use http::header::{self, HeaderName};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -70,9 +70,11 @@ use crate::tracker::{parse_retry_after, FailureReason};
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
 pub const SESSION_HEADER: &str = "x-session-id";
 /// Response header naming the provider that served the request.
-pub const TARGET_HEADER: &str = "x-rolter-target";
+pub static TARGET_HEADER: HeaderName = HeaderName::from_static("x-rolter-target");
 /// Response header naming the model the provider was asked for.
-pub const UPSTREAM_MODEL_HEADER: &str = "x-rolter-upstream-model";
+pub static UPSTREAM_MODEL_HEADER: HeaderName = HeaderName::from_static("x-rolter-upstream-model");
+/// How many headers `response_filter` adds.
+const RESPONSE_HEADERS: usize = 3;
 
 pub struct Gateway {
     state: Arc<GatewayState>,
@@ -219,6 +221,9 @@ impl ProxyHttp for Gateway {
             return Err(not_admitted("upstream_request_filter"));
         };
         let provider = &target.provider;
+        // A copy of the client's header, with room for what it was parsed
+        // with: grown once here, not per insert below.
+        upstream.reserve(forwarding::FORWARDING_HEADERS + 3);
         // First, so that a `Connection` naming a header the gateway sets
         // below cannot remove it.
         forwarding::strip_hop_by_hop(upstream);
@@ -438,12 +443,14 @@ impl ProxyHttp for Gateway {
         if self.state.is_draining() {
             session.set_keepalive(None);
         }
+        // Parsed with room for the engine's headers only.
+        response.reserve(RESPONSE_HEADERS);
         if let Some(id) = &ctx.request_id {
-            response.insert_header(REQUEST_ID_HEADER, id.clone())?;
+            response.insert_header_static(&REQUEST_ID_HEADER, id.clone());
         }
         if let Some(target) = ctx.current_target() {
-            response.insert_header(TARGET_HEADER, target.provider_header.clone())?;
-            response.insert_header(UPSTREAM_MODEL_HEADER, target.model_header.clone())?;
+            response.insert_header_static(&TARGET_HEADER, target.provider_header.clone());
+            response.insert_header_static(&UPSTREAM_MODEL_HEADER, target.model_header.clone());
         }
         Ok(())
     }

@@ -39,8 +39,8 @@ pub use request::{Ending, RequestTrace};
 use crate::config::TracingConfig;
 use crate::metrics::Metrics;
 
-pub const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
-pub const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+pub static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+pub static TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
 
 /// Where finished spans go; present while tracing is configured.
 pub struct SpanSink {
@@ -164,8 +164,8 @@ impl Traces {
         let sink = self.sink.load_full()?;
         Some(RequestTrace::begin(
             sink,
-            request.headers.get(TRACEPARENT),
-            request.headers.get(TRACESTATE),
+            request.headers.get(&TRACEPARENT),
+            request.headers.get(&TRACESTATE),
         ))
     }
 }

@@ -52,7 +52,7 @@ fn record(
     let request_id = ctx
         .request_id
         .as_ref()
-        .or_else(|| request.headers.get(super::request_id::REQUEST_ID_HEADER))
+        .or_else(|| request.headers.get(&super::request_id::REQUEST_ID_HEADER))
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_string();

@@ -419,10 +419,7 @@ fn leg_headers(
         headers.push((header::AUTHORIZATION, value.clone()));
     }
     if let Some(id) = &ctx.request_id {
-        headers.push((
-            HeaderName::from_static(super::REQUEST_ID_HEADER),
-            id.clone(),
-        ));
+        headers.push((super::REQUEST_ID_HEADER.clone(), id.clone()));
     }
     if let Some(trace) = ctx.trace.as_mut() {
         let (traceparent, tracestate) =

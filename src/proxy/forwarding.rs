@@ -38,28 +38,33 @@ use pingora::proxy::Session;
 
 use crate::config::{Cidr, Server};
 
-pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
-pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
-pub const X_FORWARDED_HOST: &str = "x-forwarded-host";
-pub const X_REAL_IP: &str = "x-real-ip";
-const FORWARDED: &str = "forwarded";
+// Parsed once: a custom name given as `&str` is parsed and copied on every
+// insert (`RequestHeader::insert_header_static`, patches/README.md).
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+
+/// How many headers [`ClientOrigin::apply`] may add.
+pub const FORWARDING_HEADERS: usize = 4;
 
 /// Longest `X-Forwarded-Host` passed on; a longer one is replaced by `Host`.
 const MAX_HOST_LEN: usize = 255;
 
 /// Headers that describe one connection, not the request (RFC 9110 §7.6.1),
 /// plus those that only make sense between a client and its proxy.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
+static HOP_BY_HOP: [HeaderName; 10] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::EXPECT,
 ];
 
 /// Who sent a request and how, worked out once per request.
@@ -106,7 +111,7 @@ impl ClientOrigin {
     pub fn apply(&self, upstream: &mut RequestHeader) -> pingora::Result<()> {
         let chain = match &self.forwarded_for {
             Some(chain) => {
-                Some(HeaderValue::from_str(chain).map_err(|_| invalid_value(X_FORWARDED_FOR))?)
+                Some(HeaderValue::from_str(chain).map_err(|_| invalid_value(&X_FORWARDED_FOR))?)
             }
             None => None,
         };
@@ -115,31 +120,32 @@ impl ClientOrigin {
         let real_ip = match (self.client, &chain) {
             (Some(_), Some(chain)) if !self.peer_trusted => Some(chain.clone()),
             (Some(client), _) => Some(
-                HeaderValue::from_str(&client.to_string()).map_err(|_| invalid_value(X_REAL_IP))?,
+                HeaderValue::from_str(&client.to_string())
+                    .map_err(|_| invalid_value(&X_REAL_IP))?,
             ),
             (None, _) => None,
         };
         match chain {
-            Some(chain) => upstream.insert_header(X_FORWARDED_FOR, chain)?,
+            Some(chain) => upstream.insert_header_static(&X_FORWARDED_FOR, chain),
             None => {
-                upstream.remove_header(X_FORWARDED_FOR);
+                upstream.remove_header(&X_FORWARDED_FOR);
             }
         }
         match real_ip {
-            Some(ip) => upstream.insert_header(X_REAL_IP, ip)?,
+            Some(ip) => upstream.insert_header_static(&X_REAL_IP, ip),
             None => {
-                upstream.remove_header(X_REAL_IP);
+                upstream.remove_header(&X_REAL_IP);
             }
         }
-        upstream.insert_header(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto))?;
+        upstream.insert_header_static(&X_FORWARDED_PROTO, HeaderValue::from_static(self.proto));
         match &self.host {
-            Some(host) => upstream.insert_header(X_FORWARDED_HOST, host.clone())?,
+            Some(host) => upstream.insert_header_static(&X_FORWARDED_HOST, host.clone()),
             None => {
-                upstream.remove_header(X_FORWARDED_HOST);
+                upstream.remove_header(&X_FORWARDED_HOST);
             }
         }
         if !self.peer_trusted {
-            upstream.remove_header(FORWARDED);
+            upstream.remove_header(&FORWARDED);
         }
         Ok(())
     }
@@ -147,7 +153,7 @@ impl ClientOrigin {
 
 /// An address list that cannot be a header value: not possible for what
 /// `resolve` writes, but an error rather than a panic if it ever were.
-fn invalid_value(header: &str) -> Box<pingora::Error> {
+fn invalid_value(header: &HeaderName) -> Box<pingora::Error> {
     pingora::Error::explain(
         pingora::ErrorType::InvalidHTTPHeader,
         format!("invalid {header} value"),
@@ -176,7 +182,7 @@ pub fn resolve(
         };
     };
 
-    let chain = joined(headers, X_FORWARDED_FOR);
+    let chain = joined(headers, &X_FORWARDED_FOR);
     let entries: Vec<&str> = chain
         .as_deref()
         .map(|c| {
@@ -191,13 +197,13 @@ pub fn resolve(
         true => peer_ip.to_string(),
         false => format!("{}, {peer_ip}", entries.join(", ")),
     };
-    let proto = match headers.get(X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
+    let proto = match headers.get(&X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
         Some(v) if v.eq_ignore_ascii_case(b"https") => "https",
         Some(v) if v.eq_ignore_ascii_case(b"http") => "http",
         _ => own_proto,
     };
     let forwarded_host = headers
-        .get(X_FORWARDED_HOST)
+        .get(&X_FORWARDED_HOST)
         .filter(|v| is_sane_host(v.as_bytes()))
         .cloned();
     ClientOrigin {
@@ -247,7 +253,7 @@ fn parse_address(entry: &str) -> Option<IpAddr> {
 
 /// Every value of `name`, joined by ", " (a client may send a list header
 /// as several lines); `None` when absent or not text.
-fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     let mut out: Option<String> = None;
     for value in headers.get_all(name) {
         let value = value.to_str().ok()?.trim();
@@ -286,6 +292,15 @@ fn on_tls_listener(local: &SocketAddr, server: &Server) -> bool {
 /// Run it before the gateway sets its own headers: a `Connection` naming one
 /// of them must not remove what the gateway adds.
 pub fn strip_hop_by_hop(upstream: &mut RequestHeader) {
+    // Most requests carry none of them: one pass over what is there, rather
+    // than a lookup (and a miss) per name.
+    if !upstream
+        .headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name))
+    {
+        return;
+    }
     let named: Vec<HeaderName> = upstream
         .headers
         .get_all(header::CONNECTION)
@@ -297,8 +312,8 @@ pub fn strip_hop_by_hop(upstream: &mut RequestHeader) {
     for name in named {
         upstream.remove_header(&name);
     }
-    for name in HOP_BY_HOP {
-        upstream.remove_header(*name);
+    for name in &HOP_BY_HOP {
+        upstream.remove_header(name);
     }
 }
 
@@ -498,6 +513,55 @@ mod tests {
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "api.example");
         assert!(h.get("forwarded").is_none());
+    }
+
+    #[test]
+    fn apply_replaces_the_clients_headers_on_the_wire_whatever_their_case() {
+        let mut request = RequestHeader::build("POST", b"/", None).unwrap();
+        request.append_header("X-Forwarded-For", "6.6.6.6").unwrap();
+        request.append_header("X-REAL-IP", "6.6.6.6").unwrap();
+        request
+            .append_header("content-type", "application/json")
+            .unwrap();
+        let origin = resolve(&HeaderMap::new(), ip("192.0.2.1"), false, None, &[]);
+        origin.apply(&mut request).unwrap();
+        let mut wire = Vec::new();
+        request.header_to_h1_wire(&mut wire);
+        let wire = String::from_utf8(wire).unwrap();
+        let mut lines: Vec<&str> = wire.split("\r\n").filter(|l| !l.is_empty()).collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                "content-type: application/json",
+                "x-forwarded-for: 192.0.2.1",
+                "x-forwarded-proto: http",
+                "x-real-ip: 192.0.2.1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_request_without_hop_by_hop_headers_keeps_every_header() {
+        let mut request = RequestHeader::build("POST", b"/", None).unwrap();
+        for (name, value) in [("host", "a"), ("content-type", "b"), ("x-custom", "c")] {
+            request.append_header(name, value).unwrap();
+        }
+        strip_hop_by_hop(&mut request);
+        let left: Vec<&str> = request.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["host", "content-type", "x-custom"]);
+    }
+
+    #[test]
+    fn each_hop_by_hop_header_alone_is_stripped() {
+        for name in &HOP_BY_HOP {
+            let mut request = RequestHeader::build("POST", b"/", None).unwrap();
+            request.append_header(name.as_str(), "x").unwrap();
+            request.append_header("x-kept", "1").unwrap();
+            strip_hop_by_hop(&mut request);
+            let left: Vec<&str> = request.headers.keys().map(|k| k.as_str()).collect();
+            assert_eq!(left, ["x-kept"], "{name}");
+        }
     }
 
     #[test]

@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use pingora::proxy::Session;
 
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Longest client-supplied id kept.
 pub const MAX_LEN: usize = 128;
@@ -38,21 +38,16 @@ pub fn is_sane(value: &[u8]) -> bool {
 /// first call's id.
 pub fn ensure(session: &mut Session) -> HeaderValue {
     let headers = &session.req_header().headers;
-    let mut values = headers.get_all(REQUEST_ID_HEADER).iter();
+    let mut values = headers.get_all(&REQUEST_ID_HEADER).iter();
     if let (Some(value), None) = (values.next(), values.next()) {
         if is_sane(value.as_bytes()) {
             return value.clone();
         }
     }
     let id = generate();
-    if let Err(e) = session
+    session
         .req_header_mut()
-        .insert_header(REQUEST_ID_HEADER, id.clone())
-    {
-        // Cannot happen for a hex value; the id still goes out with the
-        // response and the log.
-        log::warn!("cannot set the request id on the request: {e}");
-    }
+        .insert_header_static(&REQUEST_ID_HEADER, id.clone());
     id
 }
 

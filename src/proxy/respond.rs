@@ -30,7 +30,7 @@ async fn write_json(
     let header = ResponseHeader::build(status, Some(4)).and_then(|mut h| {
         h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
         h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
-        h.insert_header(REQUEST_ID_HEADER, request_id)?;
+        h.insert_header_static(&REQUEST_ID_HEADER, request_id);
         if let Some(secs) = retry_after_secs {
             h.insert_header(http::header::RETRY_AFTER, secs)?;
         }

@@ -51,9 +51,9 @@ pub fn attempt(ctx: &mut RequestCtx, upstream: &mut RequestHeader) -> pingora::R
         return Ok(());
     };
     let (traceparent, tracestate) = trace.begin_attempt(started, &label, &provider, decision);
-    upstream.insert_header(TRACEPARENT, traceparent)?;
+    upstream.insert_header_static(&TRACEPARENT, traceparent);
     match tracestate {
-        Some(state) => upstream.insert_header(TRACESTATE, state)?,
+        Some(state) => upstream.insert_header_static(&TRACESTATE, state),
         // Another trace's state is not ours to pass on.
         None => {
             upstream.remove_header(&TRACESTATE);
