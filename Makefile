@@ -87,6 +87,7 @@ profile-gateway: deps
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
 	@command -v perf >/dev/null && command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq linux-perf valgrind; }
 	$(CARGO) build --release --locked
+	$(CARGO) build --release --locked --features heap-profile --bin rolter --target-dir target/heap-profile
 	python3 load-tests/gateway_profile.py
 
 # The fuzz smoke test alone (cargo-fuzz on stable; see the script's header).

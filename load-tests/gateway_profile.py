@@ -251,6 +251,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--proxy-cpus", default="1")
     p.add_argument("--client-cpus", default="0")
     p.add_argument("--rolter"), p.add_argument("--k6"), p.add_argument("--nginx")
+    p.add_argument("--heap-rolter", default=str(REPO / "target/heap-profile/release/rolter"),
+                   help="the build for the heap profile: `--features heap-profile` (the system "
+                        "allocator, which massif follows; it cannot see jemalloc's)")
     p.add_argument("--memory-streams", type=int, default=1000,
                    help="streams held for the heap profile (valgrind massif); 0 skips it")
     p.add_argument("--keep-stacks", action="store_true", help="keep the perf script text in results/")
@@ -300,8 +303,13 @@ def main(argv: list[str]) -> int:
             if not shutil.which("valgrind"):
                 raise SetupError("valgrind not found (apt-get install valgrind), or pass --memory-streams 0")
             print(f"[memory] rolter under massif, {args.memory_streams} streams ...", flush=True)
+            heap_rolter = Path(args.heap_rolter)
+            if not heap_rolter.is_file():
+                raise SetupError(f"{heap_rolter} is missing: `make profile-gateway` builds it "
+                                 "(cargo build --release --features heap-profile --target-dir "
+                                 "target/heap-profile)")
             sections.append(profile_memory.run(
-                {**ctx, "rolter": rolter, "work": work, "proxy_cpus": proxy_cpus},
+                {**ctx, "rolter": heap_rolter, "work": work, "proxy_cpus": proxy_cpus},
                 args.memory_streams, work,
             ))
     except SetupError as e:
