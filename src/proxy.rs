@@ -159,7 +159,7 @@ impl ProxyHttp for Gateway {
         // nginx's `send_timeout`: a client that accepts no byte for this
         // long is disconnected, and with it the engine's generation.
         session.set_write_timeout(Some(server.send_timeout));
-        ctx.request_id = Some(request_id::ensure(session));
+        ctx.request_id = Some(request_id::of(session));
         ctx.origin = Some(ClientOrigin::of(session, server));
         trace::begin(&self.state, session, ctx);
         let admitted =
@@ -169,11 +169,13 @@ impl ProxyHttp for Gateway {
             Ok(Next::Route) => Ok(false),
             Ok(Next::ListModels(caller)) => {
                 let keepalive = !self.state.is_draining();
-                respond::models(session, &ctx.snapshot, &caller, keepalive).await;
+                let id = ctx.ensure_request_id(session);
+                respond::models(session, id, &ctx.snapshot, &caller, keepalive).await;
                 Ok(true)
             }
             Err(error) => {
-                respond::error(session, &error).await;
+                let id = ctx.ensure_request_id(session);
+                respond::error(session, id, &error).await;
                 ctx.error = Some(error);
                 Ok(true)
             }
@@ -223,15 +225,16 @@ impl ProxyHttp for Gateway {
         let provider = &target.provider;
         // A copy of the client's header, with room for what it was parsed
         // with: grown once here, not per insert below.
-        upstream.reserve(forwarding::FORWARDING_HEADERS + 3);
+        upstream.reserve(forwarding::FORWARDING_HEADERS + 4);
         // First, so that a `Connection` naming a header the gateway sets
         // below cannot remove it.
         forwarding::strip_hop_by_hop(upstream);
         if let Some(origin) = &ctx.origin {
             origin.apply(upstream)?;
         }
-        // The request id is already on it: `request_id::ensure` wrote it
-        // into the client's header, which the upstream request copies.
+        if let Some(id) = &ctx.request_id {
+            upstream.insert_header_static(&REQUEST_ID_HEADER, id.clone());
+        }
         if !provider.path_prefix.is_empty() {
             let original = &session.req_header().uri;
             let path_and_query = original.path_and_query().map(|p| p.as_str()).unwrap_or("/");
@@ -553,7 +556,8 @@ impl ProxyHttp for Gateway {
             // The client already has a status line; the stream is cut short.
             0
         } else {
-            respond::error(session, &error).await;
+            let id = ctx.ensure_request_id(session);
+            respond::error(session, id, &error).await;
             error.status()
         };
         ctx.error = Some(error);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderValue;
+use pingora::proxy::Session;
 use rolter_balancer::RouteContext;
 
 use super::eligibility::{Eligibility, Remaining};
@@ -162,6 +163,14 @@ pub struct PdState {
 }
 
 impl RequestCtx {
+    /// The request's id, worked out now if `request_filter` did not get to
+    /// it (an error before it).
+    pub fn ensure_request_id(&mut self, session: &Session) -> HeaderValue {
+        self.request_id
+            .get_or_insert_with(|| super::request_id::of(session))
+            .clone()
+    }
+
     pub fn new(active: ActiveRequest, snapshot: Arc<Snapshot>) -> Self {
         RequestCtx {
             _active: active,

@@ -10,9 +10,12 @@
 //! clock, so ids never repeat within a process and are not guessable across
 //! processes. They identify; they are not secrets.
 //!
-//! The id is written back into the downstream request header, so every part
-//! of the gateway that sees the request (the error responses of
-//! `respond.rs`, the upstream request, the log) reads the same one.
+//! The id is worked out once, in `request_filter`, and kept in the request's
+//! context: the upstream request, the gateway's own responses
+//! (`respond.rs`), the response headers and the log all take it from
+//! there. It is not written back into the client's header: that map was
+//! built with room for exactly what the client sent, and growing it per
+//! request cost more than the insert itself.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -33,10 +36,10 @@ pub fn is_sane(value: &[u8]) -> bool {
     (1..=MAX_LEN).contains(&value.len()) && value.iter().all(u8::is_ascii_graphic)
 }
 
-/// The request's id: the one it carries when sane, else a new one, which
-/// replaces whatever it carried. Idempotent: the second call returns the
-/// first call's id.
-pub fn ensure(session: &mut Session) -> HeaderValue {
+/// The request's id: the one it carries when sane (exactly one value),
+/// else a new one, which replaces whatever it carried wherever the
+/// gateway writes the id.
+pub fn of(session: &Session) -> HeaderValue {
     let headers = &session.req_header().headers;
     let mut values = headers.get_all(&REQUEST_ID_HEADER).iter();
     if let (Some(value), None) = (values.next(), values.next()) {
@@ -44,11 +47,7 @@ pub fn ensure(session: &mut Session) -> HeaderValue {
             return value.clone();
         }
     }
-    let id = generate();
-    session
-        .req_header_mut()
-        .insert_header_static(&REQUEST_ID_HEADER, id.clone());
-    id
+    generate()
 }
 
 /// A new id: 32 lowercase hex digits.

@@ -1,32 +1,29 @@
 //! Responses the gateway writes itself.
 
 use bytes::Bytes;
+use http::HeaderValue;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde::Serialize;
 
-use super::request_id::{self, REQUEST_ID_HEADER};
+use super::request_id::REQUEST_ID_HEADER;
 use crate::auth::Caller;
 use crate::error::GatewayError;
 use crate::openai::Api;
 use crate::snapshot::Snapshot;
 
-/// Writes a complete JSON response, with the request's `x-request-id`.
-/// Write errors mean the client is gone; they are logged at debug level
-/// because nothing else can be done.
-pub async fn json(session: &mut Session, status: u16, body: Bytes, keepalive: bool) {
-    write_json(session, status, body, keepalive, None).await;
-}
-
-/// [`json`], with `Retry-After: retry_after_secs` when given.
+/// Writes a complete JSON response, with the request's `x-request-id`
+/// (`request_id`) and `Retry-After: retry_after_secs` when given. Write
+/// errors mean the client is gone; they are logged at debug level because
+/// nothing else can be done.
 async fn write_json(
     session: &mut Session,
+    request_id: HeaderValue,
     status: u16,
     body: Bytes,
     keepalive: bool,
     retry_after_secs: Option<u64>,
 ) {
-    let request_id = request_id::ensure(session);
     let header = ResponseHeader::build(status, Some(4)).and_then(|mut h| {
         h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
         h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
@@ -61,11 +58,12 @@ async fn write_json(
 /// or Anthropic's on `/v1/messages`), with `Retry-After` when the error has
 /// one (429). The connection is closed afterwards: part of the request body
 /// may still be unread.
-pub async fn error(session: &mut Session, error: &GatewayError) {
+pub async fn error(session: &mut Session, request_id: HeaderValue, error: &GatewayError) {
     let retry_after = error.retry_after_secs();
     let api = Api::of_path(session.req_header().uri.path());
     write_json(
         session,
+        request_id,
         error.status(),
         error.body_for(api),
         false,
@@ -91,7 +89,13 @@ struct ModelCard<'a> {
 /// `GET /v1/models`: the routes the caller may use, then the group
 /// addresses of members that declare their model (a passthrough member
 /// serves whatever the engine has, which rolter cannot list).
-pub async fn models(session: &mut Session, snapshot: &Snapshot, caller: &Caller, keepalive: bool) {
+pub async fn models(
+    session: &mut Session,
+    request_id: HeaderValue,
+    snapshot: &Snapshot,
+    caller: &Caller,
+    keepalive: bool,
+) {
     let mut ids: Vec<String> = snapshot
         .routes()
         .iter()
@@ -124,5 +128,5 @@ pub async fn models(session: &mut Session, snapshot: &Snapshot, caller: &Caller,
             .collect(),
     };
     let body = Bytes::from(serde_json::to_vec(&list).unwrap_or_default());
-    json(session, 200, body, keepalive).await;
+    write_json(session, request_id, 200, body, keepalive, None).await;
 }
