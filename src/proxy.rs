@@ -224,7 +224,8 @@ impl ProxyHttp for Gateway {
         };
         let provider = &target.provider;
         // A copy of the client's header, with room for what it was parsed
-        // with: grown once here, not per insert below.
+        // with: grown once here, not per insert below (the forwarding
+        // headers, the request id, `Host`, `Authorization`, `Content-Length`).
         upstream.reserve(forwarding::FORWARDING_HEADERS + 4);
         // First, so that a `Connection` naming a header the gateway sets
         // below cannot remove it.

@@ -236,23 +236,23 @@ impl RequestHeader {
     /// as a `&'static str` name is). rolter patch: a custom name given as `&str` is parsed and
     /// copied into a new allocation on every insert, and copied again for the case map.
     pub fn insert_header_static(&mut self, name: &'static HeaderName, value: HeaderValue) {
-        if let Some(name_map) = self.header_name_map.as_mut() {
-            name_map.insert(
-                name.clone(),
-                CaseHeaderName::from_static(name.as_str()),
-            );
-        }
-        self.base.headers.insert(name.clone(), value);
+        insert_header_value_static(
+            self.header_name_map.as_mut(),
+            &mut self.base.headers,
+            name,
+            value,
+        )
     }
 
     /// Make room for `additional` more headers in one step. rolter patch: a request header built with
     /// room for exactly the headers it was parsed with grew its maps (a reallocation and a
     /// rehash of both) several times while a proxy added its own.
     pub fn reserve(&mut self, additional: usize) {
-        if let Some(name_map) = self.header_name_map.as_mut() {
-            name_map.reserve(additional);
-        }
-        self.base.headers.reserve(additional);
+        reserve_headers(
+            self.header_name_map.as_mut(),
+            &mut self.base.headers,
+            additional,
+        )
     }
 
     /// Remove all headers under the name
@@ -614,23 +614,23 @@ impl ResponseHeader {
     /// as a `&'static str` name is). rolter patch: a custom name given as `&str` is parsed and
     /// copied into a new allocation on every insert, and copied again for the case map.
     pub fn insert_header_static(&mut self, name: &'static HeaderName, value: HeaderValue) {
-        if let Some(name_map) = self.header_name_map.as_mut() {
-            name_map.insert(
-                name.clone(),
-                CaseHeaderName::from_static(name.as_str()),
-            );
-        }
-        self.base.headers.insert(name.clone(), value);
+        insert_header_value_static(
+            self.header_name_map.as_mut(),
+            &mut self.base.headers,
+            name,
+            value,
+        )
     }
 
     /// Make room for `additional` more headers in one step. rolter patch: a response header built with
     /// room for exactly the headers it was parsed with grew its maps (a reallocation and a
     /// rehash of both) several times while a proxy added its own.
     pub fn reserve(&mut self, additional: usize) {
-        if let Some(name_map) = self.header_name_map.as_mut() {
-            name_map.reserve(additional);
-        }
-        self.base.headers.reserve(additional);
+        reserve_headers(
+            self.header_name_map.as_mut(),
+            &mut self.base.headers,
+            additional,
+        )
     }
 
     /// Remove all headers under the name
@@ -940,6 +940,29 @@ fn insert_header_value<T>(
     }
     value_map.insert(header_name, value);
     Ok(())
+}
+
+// rolter patch: [RequestHeader::insert_header_static()], for both header types.
+#[inline]
+fn insert_header_value_static<T>(
+    name_map: Option<&mut CaseMap>,
+    value_map: &mut HMap<T>,
+    name: &'static HeaderName,
+    value: T,
+) {
+    if let Some(name_map) = name_map {
+        name_map.insert(name.clone(), CaseHeaderName::from_static(name.as_str()));
+    }
+    value_map.insert(name.clone(), value);
+}
+
+// rolter patch: [RequestHeader::reserve()], for both header types.
+#[inline]
+fn reserve_headers<T>(name_map: Option<&mut CaseMap>, value_map: &mut HMap<T>, additional: usize) {
+    if let Some(name_map) = name_map {
+        name_map.reserve(additional);
+    }
+    value_map.reserve(additional);
 }
 
 // the &N here is to avoid clone(). None Copy type like String can impl AsHeaderName
