@@ -12,12 +12,14 @@ mod raw;
 mod request;
 mod responses;
 mod token_ids;
+mod turns;
 pub mod usage;
 
 pub use conversation::Conversation;
 pub use form::form_boundary;
 pub use request::{
-    parse_form_request, parse_request, ModelLiteral, ParsedRequest, RequestError, Splice, TextSpans,
+    parse_form_request, parse_request, text_spans, ModelLiteral, ParsedRequest, RequestError,
+    Splice, TextSpans,
 };
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 

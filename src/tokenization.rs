@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use rolter_tokenize::{ChatRequest, LoadError, ModelTokenizer, TokenizeError, TokenizerRegistry};
 
-use crate::openai::{as_chat, Endpoint, ParsedRequest, TextSpans};
+use crate::openai::{as_chat, text_spans, Endpoint, ParsedRequest, TextSpans};
 
 /// Default for `tokenizer_budget_kib`.
 pub const DEFAULT_BUDGET_KIB: u32 = 64;
@@ -175,7 +175,11 @@ pub async fn fill_token_ids(
     let Some(tokens) = tokens else {
         return TokenSource::None(NoTokens::NoTokenizer);
     };
-    let Some(spans) = request.text_spans.clone() else {
+    let Some(spans) = request
+        .readable
+        .then(|| text_spans(endpoint, body))
+        .flatten()
+    else {
         return TokenSource::None(NoTokens::Unreadable);
     };
     let result = if body.len() <= INLINE_BODY_BYTES {

@@ -209,8 +209,7 @@ fn plain_text(prompt: &Value) -> Option<String> {
 fn plain_messages(messages: &Value) -> Option<String> {
     let mut turns = Vec::new();
     for message in messages.as_array()? {
-        // A message given as an array also deserializes (serde reads structs
-        // from sequences); leave that shape alone.
+        // A message that is not an object makes the list unreadable.
         let message = message.as_object()?;
         let role = match message.get("role") {
             None | Some(Value::Null) => "",

@@ -29,21 +29,26 @@ pub fn read_content(raw: &RawValue, conversation: &mut Conversation, is_text: fn
             }
         }
         Some(b'[') => {
-            let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
-                return;
-            };
-            for part in parts {
-                match serde_json::from_str::<Part<'_>>(part.get()) {
-                    Ok(Part {
-                        kind,
-                        text: Some(text),
-                    }) if kind.as_deref().is_none_or(is_text) => conversation.push_text(&text),
-                    Ok(Part { kind, .. }) => conversation
-                        .push_identity(kind.as_deref().unwrap_or("part"), part.get().as_bytes()),
-                    Err(_) => conversation.push_identity("part", part.get().as_bytes()),
-                }
+            if let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+                read_parts(&parts, conversation, is_text);
             }
         }
         _ => {}
+    }
+}
+
+/// A list of parts, each kept raw, read as [`read_content`] reads one.
+pub fn read_parts(parts: &[&RawValue], conversation: &mut Conversation, is_text: fn(&str) -> bool) {
+    for part in parts {
+        match serde_json::from_str::<Part<'_>>(part.get()) {
+            Ok(Part {
+                kind,
+                text: Some(text),
+            }) if kind.as_deref().is_none_or(is_text) => conversation.push_text(&text),
+            Ok(Part { kind, .. }) => {
+                conversation.push_identity(kind.as_deref().unwrap_or("part"), part.get().as_bytes())
+            }
+            Err(_) => conversation.push_identity("part", part.get().as_bytes()),
+        }
     }
 }

@@ -8,15 +8,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::raw::string_value;
+use super::turns::{Content, Turns};
 use super::Conversation;
-
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    content: Option<&'a RawValue>,
-}
 
 /// One content block; only what routing reads.
 #[derive(Deserialize)]
@@ -36,23 +29,22 @@ struct Block<'a> {
 /// when `messages` is not a list of messages.
 pub fn read(
     system: Option<&RawValue>,
-    messages: Option<&RawValue>,
+    messages: Option<&Turns<'_>>,
     conversation: &mut Conversation,
 ) -> bool {
-    let Some(messages) = messages else {
-        return false;
-    };
-    let Ok(messages) = serde_json::from_str::<Vec<Message<'_>>>(messages.get()) else {
+    let Some(Turns(Some(messages))) = messages else {
         return false;
     };
     if let Some(system) = system.filter(|s| s.get() != "null") {
         conversation.push_turn("system");
         read_blocks(system, conversation);
     }
-    for message in &messages {
+    for message in messages {
         conversation.push_turn(message.role.as_deref().unwrap_or(""));
-        if let Some(content) = message.content {
-            read_blocks(content, conversation);
+        match &message.content {
+            Some(Content::Text(text)) => conversation.push_text(text),
+            Some(Content::List(blocks)) => read_block_list(blocks, conversation),
+            Some(Content::Other) | None => {}
         }
     }
     true
@@ -70,30 +62,34 @@ fn read_blocks(raw: &RawValue, conversation: &mut Conversation) {
             }
         }
         Some(b'[') => {
-            let Ok(blocks) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
-                return;
-            };
-            for block in blocks {
-                let Ok(parsed) = serde_json::from_str::<Block<'_>>(block.get()) else {
-                    conversation.push_identity("block", block.get().as_bytes());
-                    continue;
-                };
-                match (parsed.kind.as_deref(), &parsed.text) {
-                    (Some("text") | None, Some(text)) => conversation.push_text(text),
-                    (Some("tool_result"), _) => {
-                        if let Some(id) = &parsed.tool_use_id {
-                            conversation.push_identity("tool_use_id", id.as_bytes());
-                        }
-                        if let Some(content) = parsed.content {
-                            read_blocks(content, conversation);
-                        }
-                    }
-                    (kind, _) => {
-                        conversation.push_identity(kind.unwrap_or("block"), block.get().as_bytes())
-                    }
-                }
+            if let Ok(blocks) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+                read_block_list(&blocks, conversation);
             }
         }
         _ => {}
+    }
+}
+
+/// Blocks, each kept raw, read as [`read_blocks`] reads them.
+fn read_block_list(blocks: &[&RawValue], conversation: &mut Conversation) {
+    for block in blocks {
+        let Ok(parsed) = serde_json::from_str::<Block<'_>>(block.get()) else {
+            conversation.push_identity("block", block.get().as_bytes());
+            continue;
+        };
+        match (parsed.kind.as_deref(), &parsed.text) {
+            (Some("text") | None, Some(text)) => conversation.push_text(text),
+            (Some("tool_result"), _) => {
+                if let Some(id) = &parsed.tool_use_id {
+                    conversation.push_identity("tool_use_id", id.as_bytes());
+                }
+                if let Some(content) = parsed.content {
+                    read_blocks(content, conversation);
+                }
+            }
+            (kind, _) => {
+                conversation.push_identity(kind.unwrap_or("block"), block.get().as_bytes())
+            }
+        }
     }
 }

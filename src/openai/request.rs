@@ -1,7 +1,8 @@
 //! Reading an OpenAI request body: the model, where it sits, and the routing text.
 //!
-//! The body is parsed once into borrowed raw values; only the parts routing
-//! needs are looked at more closely. `model` is kept as a byte span of the
+//! The body is parsed once: chat and Messages conversations are read in that
+//! pass (`turns.rs`), the other fields routing reads are borrowed as raw
+//! values and looked at more closely only as needed. `model` is kept as a byte span of the
 //! body so the gateway can splice in the upstream model without re-encoding
 //! the rest (the body may be many MiB of context).
 //!
@@ -16,8 +17,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::content::read_content;
+use super::content::read_parts;
 use super::raw::string_value;
+use super::turns::{Content, Turn, Turns};
 use super::{Conversation, Endpoint};
 
 /// What the gateway needs from a request body.
@@ -39,9 +41,9 @@ pub struct ParsedRequest {
     pub prompt_digest: u64,
     /// A completions `prompt` given as one list of token ids.
     pub token_ids: Option<Arc<[u32]>>,
-    /// Where the parts a chat template reads sit in the body, so the
-    /// route's tokenizer can read them when it has one (`tokenization.rs`).
-    pub text_spans: Option<TextSpans>,
+    /// The conversation was read: the route's tokenizer, when it has one,
+    /// can find its parts with [`text_spans`] (`tokenization.rs`).
+    pub readable: bool,
     /// Responses: the stored response this one continues.
     pub previous_response_id: Option<String>,
     /// A chat or completions stream whose client did not ask for usage:
@@ -79,7 +81,7 @@ impl ParsedRequest {
             prompt_len: 0,
             prompt_digest: 0,
             token_ids: None,
-            text_spans: None,
+            readable: false,
             previous_response_id: None,
             usage_splice: None,
         }
@@ -152,18 +154,13 @@ struct Envelope<'a> {
     model: Option<&'a RawValue>,
     #[serde(borrow)]
     stream: Option<&'a RawValue>,
+    /// Chat's and Messages' conversation, read in this pass.
     #[serde(borrow)]
-    messages: Option<&'a RawValue>,
+    messages: Option<Turns<'a>>,
     #[serde(borrow)]
     prompt: Option<&'a RawValue>,
     #[serde(borrow)]
     input: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tools: Option<&'a RawValue>,
-    #[serde(borrow)]
-    chat_template_kwargs: Option<&'a RawValue>,
-    #[serde(borrow)]
-    add_generation_prompt: Option<&'a RawValue>,
     /// Anthropic Messages: the system prompt.
     #[serde(borrow)]
     system: Option<&'a RawValue>,
@@ -177,16 +174,26 @@ struct Envelope<'a> {
     stream_options: Option<&'a RawValue>,
 }
 
+/// Where the parts a chat template reads sit: looked for only when a
+/// route's tokenizer asks, so the request path does not capture them.
 #[derive(Deserialize)]
-struct Message<'a> {
+struct Parts<'a> {
     #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
+    messages: Option<&'a RawValue>,
     #[serde(borrow)]
-    content: Option<&'a RawValue>,
+    prompt: Option<&'a RawValue>,
     #[serde(borrow)]
-    tool_calls: Option<&'a RawValue>,
+    input: Option<&'a RawValue>,
     #[serde(borrow)]
-    tool_call_id: Option<Cow<'a, str>>,
+    tools: Option<&'a RawValue>,
+    #[serde(borrow)]
+    chat_template_kwargs: Option<&'a RawValue>,
+    #[serde(borrow)]
+    add_generation_prompt: Option<&'a RawValue>,
+    #[serde(borrow)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow)]
+    instructions: Option<&'a RawValue>,
 }
 
 fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
@@ -216,9 +223,13 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     let mut conversation = Conversation::new();
     let mut token_ids = None;
     let readable = match endpoint {
-        Endpoint::ChatCompletions => envelope
-            .messages
-            .is_some_and(|m| read_messages(m, &mut conversation)),
+        Endpoint::ChatCompletions => match &envelope.messages {
+            Some(Turns(Some(turns))) => {
+                read_messages(turns, &mut conversation);
+                true
+            }
+            _ => false,
+        },
         Endpoint::Completions => envelope.prompt.is_some_and(|p| {
             token_ids = read_token_ids(p);
             read_prompt(p, &mut conversation)
@@ -229,9 +240,11 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         Endpoint::Responses => {
             super::responses::read(envelope.instructions, envelope.input, &mut conversation)
         }
-        Endpoint::Messages | Endpoint::MessagesCountTokens => {
-            super::messages::read(envelope.system, envelope.messages, &mut conversation)
-        }
+        Endpoint::Messages | Endpoint::MessagesCountTokens => super::messages::read(
+            envelope.system,
+            envelope.messages.as_ref(),
+            &mut conversation,
+        ),
         // Routed by `model` alone: by least load, or by a digest of the
         // whole body for the strategies that hash.
         Endpoint::Models
@@ -242,38 +255,6 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         | Endpoint::Detokenize
         | Endpoint::AudioTranscriptions
         | Endpoint::AudioTranslations => false,
-    };
-    let span = |raw: Option<&RawValue>| {
-        raw.filter(|r| r.get() != "null")
-            .and_then(|r| span_in(body, r.get()))
-    };
-    let text_spans = match endpoint {
-        Endpoint::ChatCompletions if readable => Some(TextSpans {
-            messages: span(envelope.messages),
-            tools: span(envelope.tools),
-            chat_template_kwargs: span(envelope.chat_template_kwargs),
-            add_generation_prompt: envelope
-                .add_generation_prompt
-                .and_then(|r| serde_json::from_str::<bool>(r.get()).ok()),
-            ..TextSpans::default()
-        }),
-        Endpoint::Completions if readable => Some(TextSpans {
-            prompt: span(envelope.prompt.filter(|p| p.get().starts_with('"'))),
-            ..TextSpans::default()
-        }),
-        Endpoint::Messages | Endpoint::MessagesCountTokens if readable => Some(TextSpans {
-            messages: span(envelope.messages),
-            tools: span(envelope.tools),
-            system: span(envelope.system),
-            ..TextSpans::default()
-        }),
-        Endpoint::Responses if readable => Some(TextSpans {
-            input: span(envelope.input),
-            tools: span(envelope.tools),
-            system: span(envelope.instructions),
-            ..TextSpans::default()
-        }),
-        _ => None,
     };
     let (prompt, prompt_len, mut prompt_digest) = conversation.finish();
     if !readable {
@@ -296,7 +277,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
         prompt_len: if readable { prompt_len } else { 0 },
         prompt_digest,
         token_ids: token_ids.map(Arc::from),
-        text_spans,
+        readable,
         previous_response_id: match endpoint {
             Endpoint::Responses => envelope
                 .previous_response_id
@@ -304,6 +285,44 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
                 .map(Cow::into_owned),
             _ => None,
         },
+    })
+}
+
+/// Where the parts a chat template reads sit in `body`, a request of
+/// `endpoint` that [`parse_request`] read (`ParsedRequest::readable`).
+pub fn text_spans(endpoint: Endpoint, body: &[u8]) -> Option<TextSpans> {
+    let parts: Parts<'_> = serde_json::from_slice(body).ok()?;
+    let span = |raw: Option<&RawValue>| {
+        raw.filter(|r| r.get() != "null")
+            .and_then(|r| span_in(body, r.get()))
+    };
+    Some(match endpoint {
+        Endpoint::ChatCompletions => TextSpans {
+            messages: span(parts.messages),
+            tools: span(parts.tools),
+            chat_template_kwargs: span(parts.chat_template_kwargs),
+            add_generation_prompt: parts
+                .add_generation_prompt
+                .and_then(|r| serde_json::from_str::<bool>(r.get()).ok()),
+            ..TextSpans::default()
+        },
+        Endpoint::Completions => TextSpans {
+            prompt: span(parts.prompt.filter(|p| p.get().starts_with('"'))),
+            ..TextSpans::default()
+        },
+        Endpoint::Messages | Endpoint::MessagesCountTokens => TextSpans {
+            messages: span(parts.messages),
+            tools: span(parts.tools),
+            system: span(parts.system),
+            ..TextSpans::default()
+        },
+        Endpoint::Responses => TextSpans {
+            input: span(parts.input),
+            tools: span(parts.tools),
+            system: span(parts.instructions),
+            ..TextSpans::default()
+        },
+        _ => return None,
     })
 }
 
@@ -331,7 +350,7 @@ pub fn parse_form_request(body: &[u8], boundary: &[u8]) -> Result<ParsedRequest,
         prompt_len: 0,
         prompt_digest: xxhash_rust::xxh3::xxh3_64(body),
         token_ids: None,
-        text_spans: None,
+        readable: false,
         previous_response_id: None,
     })
 }
@@ -385,24 +404,22 @@ fn span_in(outer: &[u8], inner: &str) -> Option<Range<usize>> {
     (end <= outer.len() && &outer[start..end] == inner.as_bytes()).then_some(start..end)
 }
 
-/// Chat messages, turn by turn. False when they are not an array of messages.
-fn read_messages(raw: &RawValue, conversation: &mut Conversation) -> bool {
-    let Ok(messages) = serde_json::from_str::<Vec<Message<'_>>>(raw.get()) else {
-        return false;
-    };
-    for message in &messages {
-        conversation.push_turn(message.role.as_deref().unwrap_or(""));
-        if let Some(content) = message.content {
-            read_content(content, conversation, |kind| kind == "text");
+/// Chat messages, turn by turn.
+fn read_messages(turns: &[Turn<'_>], conversation: &mut Conversation) {
+    for turn in turns {
+        conversation.push_turn(turn.role.as_deref().unwrap_or(""));
+        match &turn.content {
+            Some(Content::Text(text)) => conversation.push_text(text),
+            Some(Content::List(parts)) => read_parts(parts, conversation, |kind| kind == "text"),
+            Some(Content::Other) | None => {}
         }
-        if let Some(tool_calls) = message.tool_calls {
+        if let Some(tool_calls) = turn.tool_calls {
             conversation.push_identity("tool_calls", tool_calls.get().as_bytes());
         }
-        if let Some(id) = &message.tool_call_id {
+        if let Some(id) = &turn.tool_call_id {
             conversation.push_identity("tool_call_id", id.as_bytes());
         }
     }
-    true
 }
 
 /// A completions `prompt` or embeddings `input`: a string, a list of strings,
@@ -564,6 +581,87 @@ mod tests {
         let b = chat(r#"{"model":"m","messages":"another"}"#).unwrap();
         assert_eq!(a.prompt, "");
         assert_ne!(a.prompt_digest, b.prompt_digest);
+    }
+
+    #[test]
+    fn a_list_that_is_not_of_messages_is_consumed_and_routes_on_a_raw_digest() {
+        for messages in [
+            r#"[{"role":"user","content":"hi"},3]"#,
+            r#"[{"role":5,"content":"hi"}]"#,
+            r#"[{"role":"user","tool_call_id":{"a":1},"content":"hi"}]"#,
+            r#"[{"role":"user","content":"hi","role":"user"}]"#,
+            r#"[["user","hi"]]"#,
+            r#"{"role":"user","content":"hi"}"#,
+            r#"[{"role":"user","content":"hi"},null]"#,
+        ] {
+            let body = format!(r#"{{"messages":{messages},"model":"m","stream":true}}"#);
+            let parsed = chat(&body).unwrap_or_else(|e| panic!("{messages}: {e}"));
+            assert!(!parsed.readable, "{messages}");
+            assert_eq!(
+                (parsed.prompt.as_str(), parsed.prompt_len),
+                ("", 0),
+                "{messages}"
+            );
+            assert_eq!(
+                parsed.prompt_digest,
+                xxhash_rust::xxh3::xxh3_64(body.as_bytes())
+            );
+            // What follows the list was still read.
+            assert!(parsed.stream, "{messages}");
+            assert_eq!(parsed.model, "m");
+        }
+    }
+
+    #[test]
+    fn contents_of_every_shape_are_read_or_passed_over_in_one_pass() {
+        let parsed = chat(
+            r#"{"model":"m","messages":[
+                {"role":"system","content":null,"name":"x","name":"y"},
+                {"role":"user","content":{"text":"an object is not read"}},
+                {"role":"user","content":7},
+                {"content":true},
+                {"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                {"role":null,"content":"last"}
+            ]}"#,
+        )
+        .unwrap();
+        assert!(parsed.readable);
+        assert_eq!(
+            parsed.prompt,
+            "system: \nuser: \nuser: \n: \nassistant: ab\n: last"
+        );
+    }
+
+    #[test]
+    fn text_spans_are_the_raw_parts_a_template_reads() {
+        let at = |body: &'static str, range: Option<Range<usize>>| &body[range.unwrap()];
+        let body = r#"{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false,"chat_template_kwargs":null}"#;
+        let spans = text_spans(Endpoint::ChatCompletions, body.as_bytes()).unwrap();
+        assert_eq!(
+            at(body, spans.messages),
+            r#"[{"role":"user","content":"hi"}]"#
+        );
+        assert_eq!(at(body, spans.tools), r#"[{"type":"function"}]"#);
+        assert_eq!(spans.chat_template_kwargs, None, "null is no kwargs");
+        assert_eq!(spans.add_generation_prompt, Some(false));
+        let body =
+            r#"{"model":"m","system":"be brief","messages":[{"role":"user","content":"hi"}]}"#;
+        let spans = text_spans(Endpoint::Messages, body.as_bytes()).unwrap();
+        assert_eq!(at(body, spans.system), r#""be brief""#);
+        assert_eq!(
+            at(body, spans.messages),
+            r#"[{"role":"user","content":"hi"}]"#
+        );
+        let body = r#"{"model":"m","instructions":"be brief","input":"hi"}"#;
+        let spans = text_spans(Endpoint::Responses, body.as_bytes()).unwrap();
+        assert_eq!(
+            (at(body, spans.system), at(body, spans.input)),
+            (r#""be brief""#, r#""hi""#)
+        );
+        let body = r#"{"model":"m","prompt":"once upon"}"#;
+        let spans = text_spans(Endpoint::Completions, body.as_bytes()).unwrap();
+        assert_eq!(at(body, spans.prompt), r#""once upon""#);
+        assert_eq!(text_spans(Endpoint::Embeddings, body.as_bytes()), None);
     }
 
     #[test]

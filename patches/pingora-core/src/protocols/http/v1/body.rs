@@ -35,6 +35,11 @@ const BODY_BUFFER_SIZE: usize = 1024 * 64;
 /// stream (a few hundred bytes per event) or a small JSON answer keeps a
 /// 4 KiB buffer instead of holding 64 KiB for as long as it is open.
 const BODY_READ_START: usize = 1024 * 4;
+/// rolter patch: the least a read asks for. A read that gets under a
+/// quarter of what it asked for halves the next, down to this, and the
+/// buffer is given back for a smaller one once it is twice the size of the
+/// read: an SSE stream's reads settle at 1 KiB, and so does what it holds.
+const BODY_READ_MIN: usize = 1024;
 // limit how much incomplete chunk-size and chunk-ext to buffer
 const PARTIAL_CHUNK_HEAD_LIMIT: usize = 1024 * 8;
 // Trailers: https://datatracker.ietf.org/doc/html/rfc9112#section-7.1.2
@@ -180,10 +185,14 @@ impl BodyReader {
     }
 
     /// rolter patch: a read asked for `asked` bytes and got `got`: a full
-    /// read doubles the next one, up to `body_buf_size`.
+    /// read doubles the next one, up to `body_buf_size`; one that got under
+    /// a quarter of it halves the next, down to [`BODY_READ_MIN`]. The end
+    /// of a body (no bytes) changes nothing.
     fn note_read(&mut self, asked: usize, got: usize) {
         if got >= asked && self.read_size < self.body_buf_size {
             self.read_size = self.read_size.saturating_mul(2).min(self.body_buf_size);
+        } else if got > 0 && got.saturating_mul(4) < asked && self.read_size > BODY_READ_MIN {
+            self.read_size = (self.read_size / 2).max(BODY_READ_MIN);
         }
     }
 
@@ -225,6 +234,11 @@ impl BodyReader {
     fn prepare_buf_for_io(&mut self, read_size: usize) -> &mut BytesMut {
         let body_buf = self.body_buf.get_or_insert_default();
         body_buf.clear();
+        // rolter patch: a buffer twice the size of the reads is given back
+        // (see `BODY_READ_MIN`).
+        if body_buf.capacity() >= 2 * read_size.max(BODY_READ_MIN) {
+            *body_buf = BytesMut::new();
+        }
         body_buf.reserve(read_size);
         body_buf
     }

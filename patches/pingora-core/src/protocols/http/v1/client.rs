@@ -367,7 +367,15 @@ impl HttpSession {
                             return self.fail_response_header_read(e);
                         }
 
-                        let buf = std::mem::take(&mut self.response_header_read_buf).freeze();
+                        // rolter patch: a header (with what came after it) far smaller
+                        // than the buffer it was read into moves to an allocation of its
+                        // own size: the header's values share it for as long as the
+                        // response lives, an open stream's whole life.
+                        let mut buf = std::mem::take(&mut self.response_header_read_buf);
+                        if buf.capacity() >= 2 * buf.len() {
+                            buf = BytesMut::from(&buf[..]);
+                        }
+                        let buf = buf.freeze();
 
                         for header in header_refs {
                             let header_name = header.get_name_bytes(&buf);

@@ -362,6 +362,15 @@ impl HttpSession {
                             _ => Version::HTTP_09,
                         });
 
+                        // rolter patch: a header (with what came after it) far smaller
+                        // than the buffer it was read into moves to an allocation of its
+                        // own size. The header's values share this buffer for as long as
+                        // the request lives, an open stream's whole life, and so does the
+                        // body reader that adopts the bytes past the header.
+                        if buf.capacity() >= 2 * buf.len() {
+                            buf = BytesMut::from(&buf[..]);
+                        }
+
                         // Detach bytes beyond the header in O(1). Keeping them as owned BytesMut
                         // allows body parsing and subsequent pipelined sessions to continue
                         // splitting the same allocation instead of copying the shrinking suffix.
