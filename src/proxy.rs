@@ -267,10 +267,18 @@ impl ProxyHttp for Gateway {
         // The client's body was read whole in `request_filter`; every attempt
         // gets its own (rewritten) copy at the end of the (empty) stream.
         *body = Some(match (&ctx.attempt, end_of_stream) {
-            (Some(attempt), true) => attempt.body.clone(),
+            (Some(attempt), true) => attempt.body.whole(),
             _ => Bytes::new(),
         });
         Ok(())
+    }
+
+    fn request_body_parts(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Option<Vec<Bytes>> {
+        ctx.attempt.as_ref()?.body.parts()
     }
 
     async fn upstream_response_filter(

@@ -228,6 +228,42 @@ async fn large_bodies_forward_byte_exact() {
             sha256_hex(expected.as_bytes()).as_str(),
             "size {size}"
         );
+
+        // A stream that did not ask for usage: the gateway asks for it at
+        // the front and rewrites the model at the back (a large body goes
+        // out as slices of the client's buffer around both).
+        let mut streamed: serde_json::Value =
+            serde_json::from_slice(&large_chat_body("chat", size)).unwrap();
+        streamed["stream"] = json!(true);
+        let body = serde_json::to_vec(&streamed).unwrap();
+        let expected = format!(
+            r#"{{"stream_options":{{"include_usage":true}},{}"#,
+            String::from_utf8(body[1..].to_vec()).unwrap().replacen(
+                r#""model":"chat""#,
+                r#""model":"Qwen/Qwen3-8B""#,
+                1
+            )
+        );
+        let response = http
+            .post(gateway.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "size {size}");
+        assert_eq!(
+            (
+                response.headers()["x-fake-body-bytes"].to_str().unwrap(),
+                response.headers()["x-fake-body-sha256"].to_str().unwrap()
+            ),
+            (
+                expected.len().to_string().as_str(),
+                sha256_hex(expected.as_bytes()).as_str()
+            ),
+            "size {size}"
+        );
+        let _ = response.bytes().await.unwrap();
     }
 }
 

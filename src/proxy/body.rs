@@ -3,7 +3,9 @@
 //! The body is read in `request_filter` because the route, the target and the
 //! upstream model all depend on it. Pingora forwards such a pre-read body
 //! through `request_body_filter(None, end_of_stream)` (see
-//! `patches/README.md`), where the gateway hands over [`attempt_body`].
+//! `patches/README.md`), where the gateway hands over [`attempt_body`]; a
+//! large body goes to an HTTP/1.x engine in parts instead, its splices
+//! between slices of the client's buffer (`ProxyHttp::request_body_parts`).
 
 use std::ops::Range;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
-use crate::openai::{form_boundary, Endpoint, ModelLiteral, Splice};
+use crate::openai::{form_boundary, Endpoint, ModelLiteral, ParsedRequest, Splice};
 use crate::snapshot::Target;
 
 /// Longest wait for the next piece of a request body.
@@ -136,37 +138,113 @@ fn is_expect_continue(session: &Session) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
-/// The body to send to one target: the original when the target serves the
-/// model under the same name and nothing else changes, else the original
-/// with the `model` literal at `model_span` replaced by `model_json` (a JSON
-/// string literal) and `extra` applied (a splice that does not overlap it).
-/// The client's body for `target`: its upstream model written over `model`
+/// A body past this is spliced as slices of the client's buffer rather
+/// than copied: below it the copy costs less than handing Pingora several
+/// pieces (a chat request is a few KiB; a 4 MiB one was copied whole).
+pub const SPLICE_IN_PLACE_BYTES: usize = 64 * 1024;
+
+/// What an attempt sends upstream: the client's body with its splices made.
+#[derive(Debug, Clone)]
+pub enum AttemptBody {
+    /// One buffer: the client's own when nothing changes, else a copy.
+    Whole(Bytes),
+    /// Slices of the client's buffer with the splices between them, in
+    /// order (a large body, see [`SPLICE_IN_PLACE_BYTES`]).
+    Parts(Vec<Bytes>),
+}
+
+impl AttemptBody {
+    pub fn len(&self) -> usize {
+        match self {
+            AttemptBody::Whole(body) => body.len(),
+            AttemptBody::Parts(parts) => parts.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body in one buffer: for an upstream Pingora cannot hand parts
+    /// to (HTTP/2), and for the rewrites that re-encode it (a prefill leg's
+    /// fields). Parts are joined, a copy.
+    pub fn whole(&self) -> Bytes {
+        match self {
+            AttemptBody::Whole(body) => body.clone(),
+            AttemptBody::Parts(parts) => {
+                let mut whole = BytesMut::with_capacity(self.len());
+                for part in parts {
+                    whole.extend_from_slice(part);
+                }
+                whole.freeze()
+            }
+        }
+    }
+
+    /// The parts to hand Pingora (`ProxyHttp::request_body_parts`), when
+    /// the body is in parts; clones of the slices, not of the bytes.
+    pub fn parts(&self) -> Option<Vec<Bytes>> {
+        match self {
+            AttemptBody::Whole(_) => None,
+            AttemptBody::Parts(parts) => Some(parts.clone()),
+        }
+    }
+}
+
+/// The client's `body` for `target`: its upstream model written over `model`
 /// when it differs, and with `ask_usage` the gateway's usage request
 /// spliced in (the decode or whole attempt; a prefill leg's answer is not
 /// the client's, so it goes without).
-pub fn body_for(admitted: &super::ctx::Admitted, target: &Target, ask_usage: bool) -> Bytes {
-    let request = &admitted.request;
+pub fn body_for(
+    body: &Bytes,
+    request: &ParsedRequest,
+    target: &Target,
+    ask_usage: bool,
+) -> AttemptBody {
     let rewrite = (target.id.model != request.model).then(|| match request.model_literal {
         ModelLiteral::Json => &target.model_json[..],
         ModelLiteral::FormValue => target.id.model.as_bytes(),
     });
     let usage = request.usage_splice.as_ref().filter(|_| ask_usage);
-    attempt_body(&admitted.body, &request.model_span, rewrite, usage)
+    attempt_body(body, &request.model_span, rewrite, usage)
 }
 
+/// `body` with the `model` literal at `model_span` replaced by `model_json`
+/// (a JSON string literal) and `extra` applied (a splice that does not
+/// overlap it). Unchanged, or changed in ways that overlap or leave the
+/// body (never produced by the parser), it is the client's buffer itself.
 pub fn attempt_body(
     body: &Bytes,
     model_span: &Range<usize>,
     model_json: Option<&[u8]>,
     extra: Option<&Splice>,
-) -> Bytes {
+) -> AttemptBody {
     let model = model_json.map(|json| (model_span.clone(), json));
     let extra = extra.map(|s| (s.range.clone(), &s.bytes[..]));
     let mut splices: [Option<(Range<usize>, &[u8])>; 2] = [model, extra];
-    if splices.iter().all(Option::is_none) {
-        return body.clone();
-    }
     splices.sort_by_key(|s| s.as_ref().map_or(usize::MAX, |(range, _)| range.start));
+    let mut at = 0;
+    for (range, _) in splices.iter().flatten() {
+        if range.start < at || range.end > body.len() {
+            return AttemptBody::Whole(body.clone());
+        }
+        at = range.end;
+    }
+    if splices.iter().all(Option::is_none) {
+        return AttemptBody::Whole(body.clone());
+    }
+    if body.len() > SPLICE_IN_PLACE_BYTES {
+        let mut parts = Vec::with_capacity(5);
+        let mut at = 0;
+        for (range, bytes) in splices.into_iter().flatten() {
+            parts.push(body.slice(at..range.start));
+            parts.push(Bytes::copy_from_slice(bytes));
+            at = range.end;
+        }
+        parts.push(body.slice(at..));
+        parts.retain(|part| !part.is_empty());
+        return AttemptBody::Parts(parts);
+    }
     let added: usize = splices
         .iter()
         .flatten()
@@ -175,16 +253,12 @@ pub fn attempt_body(
     let mut out = BytesMut::with_capacity(body.len() + added);
     let mut at = 0;
     for (range, bytes) in splices.into_iter().flatten() {
-        if range.start < at || range.end > body.len() {
-            // Overlapping or out of the body: not produced by the parser.
-            return body.clone();
-        }
         out.extend_from_slice(&body[at..range.start]);
         out.extend_from_slice(bytes);
         at = range.end;
     }
     out.extend_from_slice(&body[at..]);
-    out.freeze()
+    AttemptBody::Whole(out.freeze())
 }
 
 #[cfg(test)]
@@ -215,21 +289,57 @@ mod tests {
         let body = Bytes::from_static(br#"{"model":"chat","messages":[]}"#);
         let span = 9..15;
         assert_eq!(&body[span.clone()], br#""chat""#);
-        let out = attempt_body(&body, &span, Some(br#""Qwen/Qwen3-8B""#), None);
+        let out = attempt_body(&body, &span, Some(br#""Qwen/Qwen3-8B""#), None).whole();
         assert_eq!(&out[..], br#"{"model":"Qwen/Qwen3-8B","messages":[]}"#);
-        assert_eq!(attempt_body(&body, &span, None, None), body);
+        let same = attempt_body(&body, &span, None, None).whole();
+        assert_eq!(same.as_ptr(), body.as_ptr(), "an unchanged body is copied");
         let ask = Splice {
             range: 1..1,
             bytes: br#""stream_options":{"include_usage":true},"#.to_vec(),
         };
-        let both = attempt_body(&body, &span, Some(br#""q""#), Some(&ask));
+        let both = attempt_body(&body, &span, Some(br#""q""#), Some(&ask)).whole();
         assert_eq!(
             &both[..],
             br#"{"stream_options":{"include_usage":true},"model":"q","messages":[]}"#
         );
         assert_eq!(
-            &attempt_body(&body, &span, None, Some(&ask))[..40],
+            &attempt_body(&body, &span, None, Some(&ask)).whole()[..40],
             &both[..40]
         );
+    }
+
+    #[test]
+    fn a_large_body_is_spliced_between_slices_of_the_clients_buffer() {
+        let text = "x".repeat(SPLICE_IN_PLACE_BYTES);
+        let body = Bytes::from(format!(
+            r#"{{"model":"chat","messages":[{{"content":"{text}"}}]}}"#
+        ));
+        let span = 9..15;
+        let ask = Splice {
+            range: 1..1,
+            bytes: br#""stream_options":{"include_usage":true},"#.to_vec(),
+        };
+        let spliced = attempt_body(&body, &span, Some(br#""Qwen/Qwen3-8B""#), Some(&ask));
+        let AttemptBody::Parts(parts) = &spliced else {
+            panic!("a large body was copied to splice it");
+        };
+        let whole = spliced.whole();
+        let expected = format!(
+            r#"{{"stream_options":{{"include_usage":true}},"model":"Qwen/Qwen3-8B","messages":[{{"content":"{text}"}}]}}"#
+        );
+        assert_eq!(whole, expected.as_bytes());
+        assert_eq!(spliced.len(), expected.len());
+        // The conversation is the client's buffer, not a copy of it.
+        let tail = parts.last().unwrap();
+        assert_eq!(tail.as_ptr(), body[15..].as_ptr());
+        assert_eq!(
+            spliced.parts().unwrap().concat(),
+            expected.as_bytes(),
+            "the parts are not the body in order"
+        );
+        // Nothing to change: the client's buffer, whole.
+        let same = attempt_body(&body, &span, None, None);
+        assert!(matches!(&same, AttemptBody::Whole(b) if b.as_ptr() == body.as_ptr()));
+        assert_eq!(same.parts(), None);
     }
 }

@@ -125,7 +125,7 @@ pub struct Attempt {
     /// The breaker's admission (a half-open probe is released if unsettled).
     pub breaker: BreakerTicket,
     /// The body for this attempt's target (model rewritten).
-    pub body: Bytes,
+    pub body: super::body::AttemptBody,
     pub status: Option<u16>,
     /// The attempt failed on a 5xx/429 that the gateway turned into a retry.
     pub failed_over_status: bool,

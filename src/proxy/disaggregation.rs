@@ -40,6 +40,7 @@ use pingora::proxy::Session;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
+use super::body::AttemptBody;
 use super::ctx::RequestCtx;
 use super::eligibility::Eligibility;
 use super::outcome::{target_failed, target_succeeded, Failure};
@@ -102,7 +103,10 @@ async fn vllm(
     let Some(attempt) = ctx.attempt.as_mut() else {
         return Ok(());
     };
-    attempt.body = with_fields(&attempt.body, [("kv_transfer_params", params.clone())]);
+    attempt.body = AttemptBody::Whole(with_fields(
+        &attempt.body.whole(),
+        [("kv_transfer_params", params.clone())],
+    ));
     // The decode attempt starts now: its engine's time to first byte and
     // its span leave the prefill leg out.
     attempt.started = Instant::now();
@@ -132,7 +136,9 @@ async fn prefill_for_handle(
         let Some(admitted) = ctx.admitted.as_ref() else {
             break;
         };
-        let body = remote_decode_body(&body::body_for(admitted, target, false));
+        let body = remote_decode_body(
+            &body::body_for(&admitted.body, &admitted.request, target, false).whole(),
+        );
         let started = Instant::now();
         let headers = leg_headers(ctx, target, started);
         let path = leg_path(session, target);
@@ -224,7 +230,10 @@ async fn sglang(
         let Some(admitted) = ctx.admitted.as_ref() else {
             break;
         };
-        let body = with_fields(&body::body_for(admitted, target, false), bootstrap.clone());
+        let body = with_fields(
+            &body::body_for(&admitted.body, &admitted.request, target, false).whole(),
+            bootstrap.clone(),
+        );
         let started = Instant::now();
         let headers = leg_headers(ctx, target, started);
         let path = leg_path(session, target);
@@ -244,7 +253,8 @@ async fn sglang(
                 // The prefill engine will hold the prompt's KV blocks.
                 learn(ctx, pool, leg.index);
                 if let Some(attempt) = ctx.attempt.as_mut() {
-                    attempt.body = with_fields(&attempt.body, bootstrap);
+                    attempt.body =
+                        AttemptBody::Whole(with_fields(&attempt.body.whole(), bootstrap));
                 }
                 let metrics = Arc::clone(&state.metrics);
                 let snapshot = Arc::clone(&ctx.snapshot);

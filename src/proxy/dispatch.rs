@@ -81,7 +81,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
             state.metrics.record_health_panic(&route.metrics.label);
         }
         let target = &route.targets[index];
-        let body = body::body_for(admitted, target, true);
+        let body = body::body_for(&admitted.body, &admitted.request, target, true);
         let peer = target.peer();
         let attempt = Attempt {
             target: index,

@@ -506,11 +506,39 @@ where
 
         let buffer = session.as_ref().get_retry_buffer();
 
+        // rolter patch: a body read whole ahead, in the parts the proxy
+        // hands over (`ProxyHttp::request_body_parts`).
+        let parts = if downstream_state.is_done()
+            && !session.as_mut().is_body_empty()
+            && !session.was_upgraded()
+        {
+            self.inner.request_body_parts(session, ctx)
+        } else {
+            None
+        };
+
         // retry, send buffer if it exists or body empty
         // rolter patch: also when a filter already read the whole body and it
         // overflowed the retry buffer; `request_body_filter` then sees
         // `(None, end_of_stream = true)` and can supply the body it kept.
-        if buffer.is_some() || session.as_mut().is_body_empty() || downstream_state.is_done() {
+        if let Some(parts) = parts {
+            let last = parts.len().saturating_sub(1);
+            if parts.is_empty() {
+                tx.reserve()
+                    .await
+                    .or_err(InternalError, "reserving body pipe")?
+                    .send(HttpTask::Body(None, true));
+            }
+            for (i, part) in parts.into_iter().enumerate() {
+                tx.reserve()
+                    .await
+                    .or_err(InternalError, "reserving body pipe")?
+                    .send(HttpTask::Body(Some(part), i == last));
+            }
+        } else if buffer.is_some()
+            || session.as_mut().is_body_empty()
+            || downstream_state.is_done()
+        {
             let send_permit = tx
                 .reserve()
                 .await

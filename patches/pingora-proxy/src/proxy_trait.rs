@@ -158,6 +158,25 @@ pub trait ProxyHttp {
         Ok(())
     }
 
+    /// rolter patch: a request body a filter read whole before the upstream
+    /// request, handed to an HTTP/1.x upstream in parts (slices of the
+    /// buffer it was read into, say) instead of as one `Bytes` from
+    /// [`Self::request_body_filter`], which would have to copy a large body
+    /// to change a few bytes of it.
+    ///
+    /// Asked once per attempt, when the downstream body is complete before
+    /// the upstream request is written. `Some(parts)`: the parts, in order,
+    /// are the whole body, and neither `request_body_filter` nor the
+    /// modules' body filters see it. `None` (the default): the body takes
+    /// the usual path.
+    fn request_body_parts(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut Self::CTX,
+    ) -> Option<Vec<Bytes>> {
+        None
+    }
+
     /// This filter decides if the request is cacheable and what cache backend to use
     ///
     /// The caller can interact with `Session.cache` to enable caching.
