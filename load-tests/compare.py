@@ -156,7 +156,11 @@ def environment(rolter: Path, nginx: str, k6: Path) -> dict:
         "virtualization": hypervisor,
         "memory_gib": int(meminfo[meminfo.index("MemTotal:") + 1]) / 1024 / 1024,
         "kernel": platform.release(),
-        "rolter_commit": commit + ("+uncommitted changes" if dirty else ""),
+        # A binary from elsewhere (another worktree's, say) says nothing of
+        # which commit it was built from; the checkout's would mislead.
+        "rolter_commit": (commit + ("+uncommitted changes" if dirty else "")
+                          if rolter.resolve().is_relative_to(REPO)
+                          else f"unknown (a binary outside the checkout, which is at {commit})"),
         "rolter_binary": f"{rolter.relative_to(REPO) if rolter.is_relative_to(REPO) else rolter}, "
                          f"built {built:%Y-%m-%d %H:%M} UTC",
         "nginx": command_output([nginx, "-v"]).replace("nginx version: ", ""),
