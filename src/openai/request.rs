@@ -2,9 +2,9 @@
 //!
 //! The body is parsed once: chat and Messages conversations are read in that
 //! pass (`turns.rs`), the other fields routing reads are borrowed as raw
-//! values and looked at more closely only as needed. `model` is kept as a byte span of the
-//! body so the gateway can splice in the upstream model without re-encoding
-//! the rest (the body may be many MiB of context).
+//! values and looked at more closely only as needed. `model` is kept as a
+//! byte span of the body so the gateway can splice in the upstream model
+//! without re-encoding the rest (the body may be many MiB of context).
 //!
 //! A body that is valid JSON with a string `model` is always routed, even if
 //! the rest does not match the endpoint's shape: the engine owns that
