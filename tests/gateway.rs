@@ -188,46 +188,22 @@ async fn large_bodies_forward_byte_exact() {
     );
     let gateway = Gateway::start(&config).await;
     let http = client();
-    // Below, just above and far above Pingora's 64 KiB retry buffer.
-    for size in [1024, 70 * 1024, 4 * 1024 * 1024] {
-        let body = large_chat_body("same", size);
-        let response = http
-            .post(gateway.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "size {size}");
-        assert_eq!(
-            response.headers()["x-fake-body-bytes"],
-            body.len().to_string().as_str()
-        );
-        assert_eq!(
-            response.headers()["x-fake-body-sha256"],
-            sha256_hex(&body).as_str()
-        );
-
-        // With the model rewritten, the rest of the body is untouched.
-        let body = large_chat_body("chat", size);
-        let expected = String::from_utf8(body.clone()).unwrap().replacen(
+    let rewritten = |body: &[u8]| {
+        String::from_utf8(body.to_vec()).unwrap().replacen(
             r#""model":"chat""#,
             r#""model":"Qwen/Qwen3-8B""#,
             1,
-        );
-        let response = http
-            .post(gateway.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "size {size}");
-        assert_eq!(
-            response.headers()["x-fake-body-sha256"],
-            sha256_hex(expected.as_bytes()).as_str(),
-            "size {size}"
-        );
+        )
+    };
+    // Below, just above and far above Pingora's 64 KiB retry buffer.
+    for size in [1024, 70 * 1024, 4 * 1024 * 1024] {
+        let body = large_chat_body("same", size);
+        assert_engine_receives(&http, &gateway, body.clone(), &body, size).await;
+
+        // With the model rewritten, the rest of the body is untouched.
+        let body = large_chat_body("chat", size);
+        let expected = rewritten(&body);
+        assert_engine_receives(&http, &gateway, body, expected.as_bytes(), size).await;
 
         // A stream that did not ask for usage: the gateway asks for it at
         // the front and rewrites the model at the back (a large body goes
@@ -238,33 +214,41 @@ async fn large_bodies_forward_byte_exact() {
         let body = serde_json::to_vec(&streamed).unwrap();
         let expected = format!(
             r#"{{"stream_options":{{"include_usage":true}},{}"#,
-            String::from_utf8(body[1..].to_vec()).unwrap().replacen(
-                r#""model":"chat""#,
-                r#""model":"Qwen/Qwen3-8B""#,
-                1
-            )
+            rewritten(&body[1..])
         );
-        let response = http
-            .post(gateway.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "size {size}");
-        assert_eq!(
-            (
-                response.headers()["x-fake-body-bytes"].to_str().unwrap(),
-                response.headers()["x-fake-body-sha256"].to_str().unwrap()
-            ),
-            (
-                expected.len().to_string().as_str(),
-                sha256_hex(expected.as_bytes()).as_str()
-            ),
-            "size {size}"
-        );
-        let _ = response.bytes().await.unwrap();
+        assert_engine_receives(&http, &gateway, body, expected.as_bytes(), size).await;
     }
+}
+
+/// Posts `body` as a chat completion and asserts the engine got exactly
+/// `expected` (its length and digest, as the fake engine reports them).
+async fn assert_engine_receives(
+    http: &reqwest::Client,
+    gateway: &Gateway,
+    body: Vec<u8>,
+    expected: &[u8],
+    size: usize,
+) {
+    let response = http
+        .post(gateway.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "size {size}");
+    assert_eq!(
+        (
+            response.headers()["x-fake-body-bytes"].to_str().unwrap(),
+            response.headers()["x-fake-body-sha256"].to_str().unwrap()
+        ),
+        (
+            expected.len().to_string().as_str(),
+            sha256_hex(expected).as_str()
+        ),
+        "size {size}"
+    );
+    let _ = response.bytes().await.unwrap();
 }
 
 #[tokio::test]

@@ -107,7 +107,7 @@ async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, G
                 }
                 pieces.push(piece);
             }
-            Ok(None) => return Ok(joined(pieces, received)),
+            Ok(None) => return Ok(joined(&pieces, received)),
             Err(e) if e.etype() == &pingora::ErrorType::ReadTimedout => {
                 return Err(GatewayError::BodyTimeout {
                     after: CLIENT_BODY_READ_TIMEOUT,
@@ -119,15 +119,18 @@ async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, G
 }
 
 /// The body from its pieces (`len` bytes in all).
-fn joined(mut pieces: Vec<Bytes>, len: usize) -> Bytes {
-    if pieces.len() <= 1 {
-        return pieces.pop().unwrap_or_default();
+fn joined(pieces: &[Bytes], len: usize) -> Bytes {
+    match pieces {
+        [] => Bytes::new(),
+        [one] => one.clone(),
+        _ => {
+            let mut body = BytesMut::with_capacity(len);
+            for piece in pieces {
+                body.extend_from_slice(piece);
+            }
+            body.freeze()
+        }
     }
-    let mut body = BytesMut::with_capacity(len);
-    for piece in &pieces {
-        body.extend_from_slice(piece);
-    }
-    body.freeze()
 }
 
 fn is_expect_continue(session: &Session) -> bool {
@@ -171,13 +174,7 @@ impl AttemptBody {
     pub fn whole(&self) -> Bytes {
         match self {
             AttemptBody::Whole(body) => body.clone(),
-            AttemptBody::Parts(parts) => {
-                let mut whole = BytesMut::with_capacity(self.len());
-                for part in parts {
-                    whole.extend_from_slice(part);
-                }
-                whole.freeze()
-            }
+            AttemptBody::Parts(parts) => joined(parts, self.len()),
         }
     }
 
@@ -268,18 +265,18 @@ mod tests {
     #[test]
     fn pieces_join_in_order_and_one_piece_is_not_copied() {
         let one = Bytes::from_static(b"{\"model\":\"m\"}");
-        let whole = joined(vec![one.clone()], one.len());
+        let whole = joined(std::slice::from_ref(&one), one.len());
         assert_eq!(
             whole.as_ptr(),
             one.as_ptr(),
             "a body in one piece is copied"
         );
-        assert_eq!(joined(Vec::new(), 0), Bytes::new());
+        assert_eq!(joined(&[], 0), Bytes::new());
         let pieces: Vec<Bytes> = ["{\"mo", "del\":", "\"m\"}"]
             .into_iter()
             .map(|s| Bytes::from_static(s.as_bytes()))
             .collect();
-        let body = joined(pieces, 13);
+        let body = joined(&pieces, 13);
         assert_eq!(&body[..], b"{\"model\":\"m\"}");
         assert_eq!(body.len(), 13);
     }
