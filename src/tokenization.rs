@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use rolter_tokenize::{ChatRequest, LoadError, ModelTokenizer, TokenizeError, TokenizerRegistry};
 
-use crate::openai::{as_chat, text_spans, Endpoint, ParsedRequest, TextSpans};
+use crate::openai::{as_chat, text_spans, Endpoint, ParsedRequest};
 
 /// Default for `tokenizer_budget_kib`.
 pub const DEFAULT_BUDGET_KIB: u32 = 64;
@@ -175,15 +175,11 @@ pub async fn fill_token_ids(
     let Some(tokens) = tokens else {
         return TokenSource::None(NoTokens::NoTokenizer);
     };
-    let Some(spans) = request
-        .readable
-        .then(|| text_spans(endpoint, body))
-        .flatten()
-    else {
+    if !request.readable {
         return TokenSource::None(NoTokens::Unreadable);
-    };
+    }
     let result = if body.len() <= INLINE_BODY_BYTES {
-        token_ids(tokens, endpoint, body, &spans)
+        token_ids(tokens, endpoint, body)
     } else {
         let Ok(slot) = Arc::clone(offload_slots()).try_acquire_owned() else {
             return TokenSource::None(NoTokens::Busy);
@@ -191,7 +187,7 @@ pub async fn fill_token_ids(
         let (tokens, body) = (tokens.clone(), body.clone());
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            token_ids(&tokens, endpoint, &body, &spans)
+            token_ids(&tokens, endpoint, &body)
         })
         .await
         .unwrap_or(Err(NoTokens::TokenizerError))
@@ -205,14 +201,15 @@ pub async fn fill_token_ids(
     }
 }
 
-/// The ids of the request whose parts sit at `spans` in `body`, and
-/// whether only its budget was tokenized.
+/// The ids of the request in `body`, and whether only its budget was
+/// tokenized. Its parts are located here, off the proxy thread for a long
+/// body, by a parse of their own: the request path does not capture them.
 fn token_ids(
     tokens: &RouteTokens,
     endpoint: Endpoint,
     body: &[u8],
-    spans: &TextSpans,
 ) -> Result<(Arc<[u32]>, bool), NoTokens> {
+    let spans = text_spans(endpoint, body).ok_or(NoTokens::Unreadable)?;
     let text = |range: &std::ops::Range<usize>| std::str::from_utf8(body.get(range.clone())?).ok();
     let result = match endpoint {
         Endpoint::ChatCompletions => {
