@@ -52,12 +52,13 @@
 //! reuse such a connection).
 
 use std::cell::Cell;
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pingora::apps::{HttpServerApp, ReusedHttpStream, ServerApp};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
@@ -252,27 +253,30 @@ where
     }
 
     /// Pingora's HTTP/1 keep-alive loop (`apps/mod.rs`) with rolter's limits.
+    ///
+    /// Between requests the loop holds the stream, never a `ServerSession`:
+    /// the connection's future lives as long as the stream, and a session
+    /// (about a kilobyte) kept in it, beside the one the request's own
+    /// future holds, cost every open stream that much.
     async fn serve_http1(
         &self,
-        stream: Stream,
+        mut stream: Stream,
         policy: ConnectionPolicy,
         mut deadline: Instant,
         shutdown: &ShutdownWatch,
     ) {
-        let mut session = ServerSession::new_http1(stream);
-        // Pingora's wait per read; the deadline bounds the header as a whole.
-        session.set_keepalive(Some(pingora_secs(policy.header_read_timeout)));
-        session.set_keepalive_reuses_remaining(if *shutdown.borrow() {
-            Some(0)
-        } else {
-            policy.reuses()
-        });
+        let mut next = NextRequest::First;
         loop {
-            let reused = match self.serve_request(session, deadline, shutdown).await {
+            let reused = match self
+                .serve_request(stream, next, &policy, deadline, shutdown)
+                .await
+            {
                 Served::Reusable(reused) => reused,
                 Served::Closed => return,
             };
-            let (mut stream, settings) = reused.consume();
+            let settings;
+            (stream, settings) = reused.consume();
+            next = NextRequest::After(settings);
             deadline = match next_request(&mut stream, policy.keepalive_timeout, shutdown).await {
                 Idle::Request => Instant::now() + policy.header_read_timeout,
                 Idle::NoPeek => {
@@ -280,42 +284,77 @@ where
                 }
                 Idle::Closed => return,
             };
-            session = ServerSession::new_http1(stream);
+        }
+    }
+
+    /// Serves one request, cut off if its header is not read by `deadline`.
+    /// Not an `async fn`: the session is built and handed to Pingora before
+    /// the future is made, so the future holds Pingora's (boxed) one and
+    /// the deadline, not the arguments the session was built from.
+    fn serve_request<'a>(
+        &'a self,
+        stream: Stream,
+        next: NextRequest,
+        policy: &ConnectionPolicy,
+        deadline: Instant,
+        shutdown: &'a ShutdownWatch,
+    ) -> impl Future<Output = Served> + Send + 'a {
+        let serving = self
+            .inner
+            .process_new_http(session(stream, next, policy, shutdown), shutdown);
+        HEADER_READ.scope(Cell::new(false), async move {
+            let mut serving = serving;
+            tokio::select! {
+                biased;
+                reused = &mut serving => match reused {
+                    Some(reused) => Served::Reusable(reused),
+                    None => Served::Closed,
+                },
+                () = header_deadline(deadline) => {
+                    // Counted before the connection closes (with `serving`).
+                    self.closed(ClosedBy::HeaderTimeout);
+                    Served::Closed
+                }
+            }
+        })
+    }
+}
+
+/// Which request of its connection the next one is.
+enum NextRequest {
+    First,
+    /// After a response, with what Pingora carries from one request to the
+    /// next (the reuse count, the pipelining choice, the proxy's
+    /// per-connection context).
+    After(Option<HttpPersistentSettings>),
+}
+
+/// The session for one request on `stream`, under the connection's limits.
+fn session(
+    stream: Stream,
+    next: NextRequest,
+    policy: &ConnectionPolicy,
+    shutdown: &ShutdownWatch,
+) -> ServerSession {
+    let mut session = ServerSession::new_http1(stream);
+    match next {
+        NextRequest::First => {
+            // Pingora's wait per read; the deadline bounds the header as a whole.
+            session.set_keepalive(Some(pingora_secs(policy.header_read_timeout)));
+            session.set_keepalive_reuses_remaining(if *shutdown.borrow() {
+                Some(0)
+            } else {
+                policy.reuses()
+            });
+        }
+        NextRequest::After(settings) => {
             if let Some(settings) = settings {
-                // The reuse count (one fewer), the pipelining choice, the
-                // proxy's per-connection context.
                 settings.apply_to_session(&mut session);
             }
             session.set_keepalive(Some(pingora_secs(policy.keepalive_timeout)));
         }
     }
-
-    /// Serves one request, cut off if its header is not read by `deadline`.
-    async fn serve_request(
-        &self,
-        session: ServerSession,
-        deadline: Instant,
-        shutdown: &ShutdownWatch,
-    ) -> Served {
-        HEADER_READ
-            .scope(Cell::new(false), async {
-                let serving = self.inner.process_new_http(session, shutdown);
-                tokio::pin!(serving);
-                tokio::select! {
-                    biased;
-                    reused = &mut serving => match reused {
-                        Some(reused) => Served::Reusable(reused),
-                        None => Served::Closed,
-                    },
-                    () = header_deadline(deadline) => {
-                        // Counted before the connection closes (with `serving`).
-                        self.closed(ClosedBy::HeaderTimeout);
-                        Served::Closed
-                    }
-                }
-            })
-            .await
-    }
+    session
 }
 
 /// Resolves at `deadline` unless the header was read by then; never after.

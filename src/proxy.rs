@@ -38,6 +38,8 @@ mod request_id;
 mod respond;
 mod select;
 mod target_set;
+#[cfg(test)]
+mod task_pipe_tests;
 mod trace;
 mod waiting;
 
@@ -452,6 +454,12 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         ctx.response_started = true;
         ctx.responded = Some(Instant::now());
+        // No attempt follows once the response is on its way, and the body
+        // the engine was sent (a copy, when spliced) would otherwise be held
+        // for the whole stream.
+        if let Some(attempt) = ctx.attempt.as_mut() {
+            attempt.body = body::AttemptBody::Whole(Bytes::new());
+        }
         if self.state.is_draining() {
             session.set_keepalive(None);
         }

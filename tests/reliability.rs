@@ -215,23 +215,37 @@ async fn a_flapping_engine_costs_no_client_request() {
     }
 }
 
-#[tokio::test]
-async fn a_stalled_stream_is_cut_and_counted() {
-    let slow = FakeEngine::start("slow", &["--token-delay-ms", "4000"]);
+/// An engine whose tokens come `token_delay_ms` apart, behind a gateway
+/// with `idle_secs = 1`, and a stream of `max_tokens` started through it
+/// (with the time it started).
+async fn stream_under_an_idle_limit(
+    name: &str,
+    token_delay_ms: u64,
+    max_tokens: u32,
+) -> (FakeEngine, Gateway, Instant, reqwest::Response) {
+    let engine = FakeEngine::start(name, &["--token-delay-ms", &token_delay_ms.to_string()]);
     let config = format!(
-        "{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"slow\" }}]\n\n{NO_HEALTH}[timeouts]\nidle_secs = 1\n",
-        provider("slow", &slow.url())
+        "{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"{name}\" }}]\n\n{NO_HEALTH}[timeouts]\nidle_secs = 1\n",
+        provider(name, &engine.url())
     );
     let gateway = Gateway::start(&config).await;
     let started = Instant::now();
     let response = client()
         .post(gateway.url("/v1/chat/completions"))
-        .json(&json!({"model": "chat", "stream": true, "max_tokens": 5,
-                      "messages": [{"role": "user", "content": "x"}]}))
+        .json(
+            &json!({"model": "chat", "stream": true, "max_tokens": max_tokens,
+                      "messages": [{"role": "user", "content": "x"}]}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    (engine, gateway, started, response)
+}
+
+#[tokio::test]
+async fn a_stalled_stream_is_cut_and_counted() {
+    let (_slow, gateway, started, response) = stream_under_an_idle_limit("slow", 4000, 5).await;
     let mut body = String::new();
     let mut stream = response.bytes_stream();
     let mut broke = false;
@@ -260,6 +274,30 @@ async fn a_stalled_stream_is_cut_and_counted() {
         "an idle timeout",
     )
     .await;
+}
+
+/// The idle limit bounds the wait for each read of the engine's body, not
+/// the stream: a stream longer than it whose tokens keep coming is never
+/// cut.
+#[tokio::test]
+async fn a_stream_longer_than_the_idle_limit_is_not_cut_while_tokens_come() {
+    let (_steady, gateway, started, response) = stream_under_an_idle_limit("steady", 350, 10).await;
+    let body = response.text().await.expect("the whole stream");
+    assert!(body.contains("[DONE]"), "the stream was cut: {body}");
+    assert!(
+        started.elapsed() > Duration::from_secs(3),
+        "ten tokens 350 ms apart took only {:?}: the stream did not outlast the idle limit",
+        started.elapsed()
+    );
+    let idle_timeouts = metric_value(
+        &gateway,
+        r#"rolter_upstream_timeouts_total{phase="idle",target="steady/chat"}"#,
+    )
+    .await;
+    assert!(
+        idle_timeouts.unwrap_or(0.0) == 0.0,
+        "an idle timeout was counted: {idle_timeouts:?}"
+    );
 }
 
 #[tokio::test]

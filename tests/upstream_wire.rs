@@ -114,14 +114,22 @@ fn raw_engine(respond: fn(&mut TcpStream)) -> (String, mpsc::Receiver<Received>)
     (url, rx)
 }
 
-fn json_answer(stream: &mut TcpStream) {
-    let body = br#"{"id":"x","object":"chat.completion","choices":[]}"#;
+/// The body of every JSON answer here.
+const JSON_BODY: &str = r#"{"id":"x","object":"chat.completion","choices":[]}"#;
+
+/// Answers [`JSON_BODY`] with `status_line` and `headers` (each line ending
+/// in CRLF) before the body's own.
+fn answer_json(stream: &mut TcpStream, status_line: &str, headers: &str) {
     let head = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
+        "{status_line}\r\n{headers}content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        JSON_BODY.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
+    stream.write_all(JSON_BODY.as_bytes()).unwrap();
+}
+
+fn json_answer(stream: &mut TcpStream) {
+    answer_json(stream, "HTTP/1.1 200 OK", "");
 }
 
 fn config(url: &str) -> String {
@@ -219,31 +227,137 @@ fn chunked_events() -> Vec<u8> {
     wire
 }
 
+/// Posts a streamed chat request and checks that the client receives
+/// [`events`], byte for byte.
+async fn assert_streams_the_events(gateway: &Gateway) {
+    let response = client()
+        .post(gateway.url("/v1/chat/completions"))
+        .json(&serde_json::json!({
+            "model": "chat",
+            "stream": true,
+            "messages": [{"role": "user", "content": "hi"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.bytes().await.expect("the whole stream");
+    let expected = events();
+    assert_eq!(body.len(), expected.len(), "decoded length");
+    assert!(
+        body[..] == expected[..],
+        "the stream differs from what the engine sent"
+    );
+}
+
 #[tokio::test]
 async fn a_chunked_stream_read_in_pieces_that_split_chunk_heads_arrives_byte_exact() {
     let (url, received) = raw_engine(stream_answer);
     let gateway = Gateway::start(&config(&url)).await;
     for _ in 0..2 {
-        let response = client()
+        assert_streams_the_events(&gateway).await;
+        received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine got the request");
+    }
+}
+
+/// A JSON answer that says `Connection: close` and leaves the connection
+/// open: reusing it is the gateway's mistake, not the engine's doing.
+fn closing_answer(stream: &mut TcpStream) {
+    answer_json(stream, "HTTP/1.1 200 OK", "Connection: close\r\n");
+}
+
+/// An HTTP/1.0 answer with `Connection: keep-alive`: the connection may be
+/// reused.
+fn http10_keepalive_answer(stream: &mut TcpStream) {
+    answer_json(
+        stream,
+        "HTTP/1.0 200 OK",
+        "Connection: keep-alive\r\nKeep-Alive: timeout=30\r\n",
+    );
+}
+
+/// An HTTP/1.0 answer without keep-alive, its connection left open.
+fn http10_answer(stream: &mut TcpStream) {
+    answer_json(stream, "HTTP/1.0 200 OK", "");
+}
+
+/// A `100 Continue` ahead of the final answer, an SSE stream.
+fn continue_then_stream_answer(stream: &mut TcpStream) {
+    stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+    stream.flush().unwrap();
+    thread::sleep(Duration::from_millis(5));
+    stream_answer(stream);
+}
+
+/// Posts `n` chat requests one after another; returns each one's place on
+/// the engine connection it arrived on.
+async fn places_on_connection(
+    gateway: &Gateway,
+    received: &mpsc::Receiver<Received>,
+    n: usize,
+) -> Vec<u32> {
+    let http = client();
+    let mut places = Vec::new();
+    for _ in 0..n {
+        let response = http
             .post(gateway.url("/v1/chat/completions"))
             .json(&serde_json::json!({
                 "model": "chat",
-                "stream": true,
                 "messages": [{"role": "user", "content": "hi"}],
             }))
             .send()
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        let body = response.bytes().await.expect("the whole stream");
-        let expected = events();
-        assert_eq!(body.len(), expected.len(), "decoded length");
-        assert!(
-            body[..] == expected[..],
-            "the stream differs from what the engine sent"
-        );
-        received
+        assert_eq!(response.text().await.unwrap(), JSON_BODY);
+        let request = received
             .recv_timeout(Duration::from_secs(10))
             .expect("the engine got the request");
+        places.push(request.on_connection);
+        // The gateway pools the engine connection after the response's last
+        // byte has gone out: give it that moment before the next request.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    places
+}
+
+/// The gateway hands the engine's response header on and keeps only what
+/// decides the connection's reuse (patches/README.md): that must still say
+/// which connections may carry the next request.
+#[tokio::test]
+async fn an_engine_connection_is_reused_as_its_response_header_allows() {
+    for (answer, reused, what) in [
+        (json_answer as fn(&mut TcpStream), true, "HTTP/1.1"),
+        (closing_answer, false, "Connection: close"),
+        (http10_keepalive_answer, true, "HTTP/1.0 with keep-alive"),
+        (http10_answer, false, "HTTP/1.0 without keep-alive"),
+    ] {
+        let (url, received) = raw_engine(answer);
+        let gateway = Gateway::start(&config(&url)).await;
+        let places = places_on_connection(&gateway, &received, 3).await;
+        let expected = if reused { vec![1, 2, 3] } else { vec![1, 1, 1] };
+        assert_eq!(
+            places, expected,
+            "{what}: each request's place on its engine connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_after_an_informational_response_arrives_whole_and_its_connection_is_reused() {
+    let (url, received) = raw_engine(continue_then_stream_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    for n in 1..=2 {
+        assert_streams_the_events(&gateway).await;
+        let request = received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine got the request");
+        assert_eq!(
+            request.on_connection, n,
+            "request {n}'s place on its engine connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

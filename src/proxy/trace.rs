@@ -12,7 +12,7 @@ use crate::traces::{Ending, TRACEPARENT, TRACESTATE};
 
 /// The request's header is in.
 pub fn begin(state: &GatewayState, session: &Session, ctx: &mut RequestCtx) {
-    ctx.trace = state.traces.begin(session.req_header());
+    ctx.trace = state.traces.begin(session.req_header()).map(Box::new);
 }
 
 /// Admission decided who the caller is: a key holder or a trusted proxy

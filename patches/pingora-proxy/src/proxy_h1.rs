@@ -151,8 +151,10 @@ where
             Err(e) => return (false, false, Some(e)),
         };
 
-        let (tx_upstream, rx_upstream) = mpsc::channel::<HttpTask>(TASK_BUFFER_SIZE);
-        let (tx_downstream, rx_downstream) = mpsc::channel::<HttpTask>(TASK_BUFFER_SIZE);
+        // rolter patch: `task_pipe` for tokio's channels (3.6 KiB less per
+        // open stream; see the module).
+        let (tx_upstream, rx_upstream) = task_pipe::pipe::<HttpTask>();
+        let (tx_downstream, rx_downstream) = task_pipe::pipe::<HttpTask>();
 
         session.as_mut().enable_retry_buffering();
         // rolter patch: see `ProxyHttp::upstream_body_read_timeout`.
@@ -268,8 +270,8 @@ where
     async fn proxy_handle_upstream(
         &self,
         client_session: &mut HttpSessionV1,
-        tx: mpsc::Sender<HttpTask>,
-        mut rx: mpsc::Receiver<HttpTask>,
+        tx: task_pipe::Sender<HttpTask>,
+        mut rx: task_pipe::Receiver<HttpTask>,
         pipe_state: Arc<AtomicU8>,
         body_read_timeout: Option<Duration>,
     ) -> Result<bool>
@@ -389,7 +391,7 @@ where
         session: &mut Session,
         ctx: &mut SV::CTX,
         initial_task: HttpTask,
-        rx: &mut mpsc::Receiver<HttpTask>,
+        rx: &mut task_pipe::Receiver<HttpTask>,
         serve_from_cache: &mut ServeFromCache,
         range_body_filter: &mut proxy_cache::range_filter::RangeBodyFilter,
         response_state: &mut ResponseStateMachine,
@@ -468,8 +470,8 @@ where
     async fn proxy_handle_downstream(
         &self,
         session: &mut Session,
-        tx: mpsc::Sender<HttpTask>,
-        mut rx: mpsc::Receiver<HttpTask>,
+        tx: task_pipe::Sender<HttpTask>,
+        mut rx: task_pipe::Receiver<HttpTask>,
         ctx: &mut SV::CTX,
         downstream_custom_message_writer: &mut Option<Box<dyn CustomMessageWrite>>,
         downstream_custom_message_reader: &mut Option<
@@ -1077,7 +1079,7 @@ where
         session: &mut Session,
         mut data: Option<Bytes>,
         end_of_body: bool,
-        tx: mpsc::Permit<'_, HttpTask>,
+        tx: task_pipe::Permit<'_, HttpTask>,
         ctx: &mut SV::CTX,
     ) -> Result<bool>
     where

@@ -15,7 +15,7 @@
 //! HTTP/1.x client session
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::{header, header::AsHeaderName, HeaderValue, StatusCode, Version};
+use http::{header, header::AsHeaderName, HeaderName, HeaderValue, StatusCode, Version};
 use log::{debug, trace};
 use pingora_error::{Error, ErrorType::*, OrErr, Result, RetryType};
 use pingora_http::{HMap, IntoCaseHeaderName, RequestHeader, ResponseHeader};
@@ -53,7 +53,9 @@ pub struct HttpSession {
     keepalive_timeout: KeepaliveStatus,
     pub(crate) digest: Box<Digest>,
     response_header: Option<Box<ResponseHeader>>,
-    request_written: Option<Box<RequestHeader>>,
+    // rolter patch: what this session reads of the request it wrote, not the
+    // request header itself (see [`WrittenRequest`]).
+    request_written: Option<WrittenRequest>,
     bytes_sent: usize,
     /// Total response body payload bytes received from upstream
     body_recv: usize,
@@ -74,6 +76,56 @@ pub struct HttpSession {
 }
 
 /// HTTP 1.x client session
+/// rolter patch: what a client session reads of the request it wrote, after
+/// writing it: whether it was a `HEAD` (the response has no body), an
+/// upgrade, and what its `Connection` header said of keep-alive. The whole
+/// request header (both its maps and its target) was kept for these, for
+/// as long as the response lasted.
+#[derive(Clone, Copy, Debug)]
+struct WrittenRequest {
+    head: bool,
+    upgrade: bool,
+    keepalive: Option<bool>,
+}
+
+impl WrittenRequest {
+    fn of(req: &RequestHeader) -> Self {
+        WrittenRequest {
+            head: req.method == http::method::Method::HEAD,
+            upgrade: is_upgrade_req(req),
+            keepalive: is_buf_keepalive(req.headers.get(header::CONNECTION)),
+        }
+    }
+}
+
+/// rolter patch: the response headers a client session reads once the header
+/// has been handed over: framing (for a header read again after a `1xx`)
+/// and what decides whether the connection is reused.
+fn kept_for_reuse(read: &ResponseHeader) -> ResponseHeader {
+    const KEPT: [HeaderName; 5] = [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::CONTENT_LENGTH,
+        header::UPGRADE,
+        HeaderName::from_static("keep-alive"),
+    ];
+    let count = KEPT
+        .iter()
+        .map(|name| read.headers.get_all(name).iter().count())
+        .sum();
+    let mut headers = HMap::with_capacity(count);
+    for name in &KEPT {
+        for value in read.headers.get_all(name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = read.status;
+    parts.version = read.version;
+    parts.headers = headers;
+    ResponseHeader::from(parts)
+}
+
 impl HttpSession {
     /// Create a new http client session from an established (TCP or TLS) [`Stream`].
     pub fn new(stream: Stream) -> Self {
@@ -156,7 +208,7 @@ impl HttpSession {
             .or_err(WriteError, "flushing request header")?;
 
         // write was successful
-        self.request_written = Some(req);
+        self.request_written = Some(WrittenRequest::of(&req));
         Ok(to_wire.len())
     }
 
@@ -180,7 +232,7 @@ impl HttpSession {
         trace!("Deferring request header: {to_wire:?}");
         let len = to_wire.len();
         self.deferred_header = Some(to_wire.freeze());
-        self.request_written = Some(req);
+        self.request_written = Some(WrittenRequest::of(&req));
         Ok(len)
     }
 
@@ -504,11 +556,21 @@ impl HttpSession {
         }
     }
 
-    /// Similar to [`Self::read_response()`], read the response header and then return a copy of it.
+    /// Similar to [`Self::read_response()`], read the response header and then return it.
+    ///
+    /// rolter patch: the header read is handed over, not copied, and the
+    /// session keeps what it reads of it later (see [`kept_for_reuse`]):
+    /// [`Self::resp_header()`] then has the status, the version and those
+    /// headers only. A proxied stream held both the parsed header and a copy
+    /// for its whole life, and the copy, made to the exact size of the
+    /// engine's headers, grew by half again at the proxy's first insert.
     pub async fn read_resp_header_parts(&mut self) -> Result<Box<ResponseHeader>> {
         self.read_response().await?;
-        // safe to unwrap because it is just read
-        Ok(Box::new(self.resp_header().unwrap().clone()))
+        let Some(read) = self.response_header.as_mut() else {
+            return Error::e_explain(InternalError, "no response header after reading one");
+        };
+        let kept = kept_for_reuse(read);
+        Ok(std::mem::replace(read, Box::new(kept)))
     }
 
     /// Return a reference of the [`ResponseHeader`] if the response is read
@@ -676,10 +738,7 @@ impl HttpSession {
     }
 
     fn is_connection_keepalive(&self) -> Option<bool> {
-        let request_keepalive = self
-            .request_written
-            .as_ref()
-            .and_then(|req| is_buf_keepalive(req.headers.get(header::CONNECTION)));
+        let request_keepalive = self.request_written.and_then(|req| req.keepalive);
 
         match request_keepalive {
             // ignore what the server sends if request disables keepalive explicitly
@@ -772,11 +831,9 @@ impl HttpSession {
                 false
             };
 
-            if let Some(req) = self.request_written.as_ref() {
-                if req.method == http::method::Method::HEAD {
-                    self.body_reader.init_content_length(0, preread_body);
-                    return;
-                }
+            if self.request_written.is_some_and(|req| req.head) {
+                self.body_reader.init_content_length(0, preread_body);
+                return;
             }
 
             if upgraded {
@@ -796,10 +853,7 @@ impl HttpSession {
 
     /// Whether this request is for upgrade
     pub fn is_upgrade_req(&self) -> bool {
-        match self.request_written.as_deref() {
-            Some(req) => is_upgrade_req(req),
-            None => false,
-        }
+        self.request_written.is_some_and(|req| req.upgrade)
     }
 
     /// `Some(true)` if the this is a successful upgrade
