@@ -75,7 +75,6 @@ pub struct HttpSession {
     deferred_header: Option<Bytes>,
 }
 
-/// HTTP 1.x client session
 /// rolter patch: what a client session reads of the request it wrote, after
 /// writing it: whether it was a `HEAD` (the response has no body), an
 /// upgrade, and what its `Connection` header said of keep-alive. The whole
@@ -126,6 +125,7 @@ fn kept_for_reuse(read: &ResponseHeader) -> ResponseHeader {
     ResponseHeader::from(parts)
 }
 
+/// HTTP 1.x client session
 impl HttpSession {
     /// Create a new http client session from an established (TCP or TLS) [`Stream`].
     pub fn new(stream: Stream) -> Self {
@@ -563,7 +563,7 @@ impl HttpSession {
     /// [`Self::resp_header()`] then has the status, the version and those
     /// headers only. A proxied stream held both the parsed header and a copy
     /// for its whole life, and the copy, made to the exact size of the
-    /// engine's headers, grew by half again at the proxy's first insert.
+    /// engine's headers, grew to twice that at the proxy's first insert.
     pub async fn read_resp_header_parts(&mut self) -> Result<Box<ResponseHeader>> {
         self.read_response().await?;
         let Some(read) = self.response_header.as_mut() else {
