@@ -15,7 +15,7 @@
 //! plain key: an operator may have put a generated key in `key_env`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
@@ -41,14 +41,18 @@ pub struct Caller {
 
 impl Caller {
     /// The caller of an open proxy (`require_api_key = false`) without a known key.
+    /// One for the process: it was built (two allocations) per request.
     pub fn anonymous() -> Arc<Caller> {
-        Arc::new(Caller {
-            name: "anonymous".to_string(),
-            models: None,
-            providers: None,
-            limits: None,
-            priority: 0,
-        })
+        static ANONYMOUS: LazyLock<Arc<Caller>> = LazyLock::new(|| {
+            Arc::new(Caller {
+                name: "anonymous".to_string(),
+                models: None,
+                providers: None,
+                limits: None,
+                priority: 0,
+            })
+        });
+        Arc::clone(&ANONYMOUS)
     }
 
     /// Whether the key's `models` list `model` (a route's public model, a

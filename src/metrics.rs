@@ -4,8 +4,8 @@
 //! possible ([`RouteMetrics`], [`TargetMetrics`] hold resolved handles), so the
 //! request path does not hash label sets for its histograms and counters.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -132,6 +132,44 @@ pub struct TargetMetrics {
     /// `rolter_requests_total` of this route and target with status 200,
     /// the common outcome, resolved once rather than by label per request.
     pub served_ok: IntCounter,
+    /// `rolter_tokens_total` of this route and target, per API key.
+    pub tokens: Arc<TokenCounters>,
+}
+
+/// `rolter_tokens_total` of one route and target: each API key's three
+/// counters (`prompt`, `cached`, `completion`) are resolved by label on its
+/// first request under the snapshot and kept, so a request counts its
+/// tokens without a label lookup. The keys are the gateway's own (each
+/// caller's key name, or `-`), so the map is as bounded as they are, and it
+/// goes with the snapshot.
+pub struct TokenCounters {
+    family: IntCounterVec,
+    route: String,
+    target: String,
+    by_key: RwLock<HashMap<String, [IntCounter; 3]>>,
+}
+
+impl TokenCounters {
+    /// Counts the tokens an engine reported for one request of `key`.
+    pub fn record(&self, key: &str, usage: Usage) {
+        let counts = [usage.prompt, usage.cached, usage.completion];
+        let by_key = self.by_key.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(counters) = by_key.get(key) {
+            counters.iter().zip(counts).for_each(|(c, n)| c.inc_by(n));
+            return;
+        }
+        drop(by_key);
+        let counters = ["prompt", "cached", "completion"].map(|kind| {
+            self.family
+                .with_label_values(&[key, &self.route, &self.target, kind])
+        });
+        counters.iter().zip(counts).for_each(|(c, n)| c.inc_by(n));
+        self.by_key
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.to_owned())
+            .or_insert(counters);
+    }
 }
 
 impl TargetMetrics {
@@ -527,19 +565,6 @@ impl Metrics {
         }
     }
 
-    /// Counts the tokens an engine reported for one request.
-    pub fn record_tokens(&self, key: &str, route: &str, target: &str, usage: Usage) {
-        for (kind, count) in [
-            ("prompt", usage.prompt),
-            ("cached", usage.cached),
-            ("completion", usage.completion),
-        ] {
-            self.tokens
-                .with_label_values(&[key, route, target, kind])
-                .inc_by(count);
-        }
-    }
-
     /// The disaggregation counters of `route`, resolved once per snapshot.
     pub fn disaggregation(&self, route: &str) -> DisaggregationCounts {
         let counter = |path: &str| self.disaggregation.with_label_values(&[route, path]);
@@ -569,6 +594,12 @@ impl Metrics {
                 .route_target_attempts
                 .with_label_values(&[route, target, "failed"]),
             served_ok: self.requests.with_label_values(&[route, target, "200"]),
+            tokens: Arc::new(TokenCounters {
+                family: self.tokens.clone(),
+                route: route.to_owned(),
+                target: target.to_owned(),
+                by_key: RwLock::default(),
+            }),
         }
     }
 
@@ -854,5 +885,31 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains(r#"rolter_target_parked{target="gpu-a/m"} 1"#));
         assert!(!text.contains("gpu-b/m"), "{text}");
+    }
+
+    #[test]
+    fn tokens_are_counted_per_key_under_the_targets_labels() {
+        let metrics = Metrics::new();
+        let target = metrics.target("chat", "gpu-a/m");
+        let usage = |prompt, cached, completion| Usage {
+            prompt,
+            cached,
+            completion,
+        };
+        target.tokens.record("team-a", usage(10, 4, 3));
+        target.tokens.record("team-a", usage(5, 0, 2));
+        target.tokens.record("-", usage(1, 1, 1));
+        let text = metrics.encode();
+        for (key, kind, count) in [
+            ("team-a", "prompt", 15),
+            ("team-a", "cached", 4),
+            ("team-a", "completion", 5),
+            ("-", "completion", 1),
+        ] {
+            let series = format!(
+                r#"rolter_tokens_total{{key="{key}",kind="{kind}",route="chat",target="gpu-a/m"}} {count}"#
+            );
+            assert!(text.contains(&series), "{series} missing from\n{text}");
+        }
     }
 }

@@ -622,7 +622,7 @@ impl ProxyHttp for Gateway {
                 .observe(attempt.started.elapsed().as_secs_f64());
             if let Some(usage) = attempt.usage.usage() {
                 let key = ctx.caller.as_ref().map_or("-", |c| c.name.as_str());
-                self.state.metrics.record_tokens(key, route, target, usage);
+                t.metrics.tokens.record(key, usage);
             }
         }
         if cancelled {
