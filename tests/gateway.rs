@@ -187,7 +187,6 @@ async fn large_bodies_forward_byte_exact() {
         provider("e", &engine.url())
     );
     let gateway = Gateway::start(&config).await;
-    let http = client();
     let rewritten = |body: &[u8]| {
         String::from_utf8(body.to_vec()).unwrap().replacen(
             r#""model":"chat""#,
@@ -198,12 +197,12 @@ async fn large_bodies_forward_byte_exact() {
     // Below, just above and far above Pingora's 64 KiB retry buffer.
     for size in [1024, 70 * 1024, 4 * 1024 * 1024] {
         let body = large_chat_body("same", size);
-        assert_engine_receives(&http, &gateway, body.clone(), &body, size).await;
+        assert_engine_receives(&gateway, body.clone(), &body, size).await;
 
         // With the model rewritten, the rest of the body is untouched.
         let body = large_chat_body("chat", size);
         let expected = rewritten(&body);
-        assert_engine_receives(&http, &gateway, body, expected.as_bytes(), size).await;
+        assert_engine_receives(&gateway, body, expected.as_bytes(), size).await;
 
         // A stream that did not ask for usage: the gateway asks for it at
         // the front and rewrites the model at the back (a large body goes
@@ -216,26 +215,14 @@ async fn large_bodies_forward_byte_exact() {
             r#"{{"stream_options":{{"include_usage":true}},{}"#,
             rewritten(&body[1..])
         );
-        assert_engine_receives(&http, &gateway, body, expected.as_bytes(), size).await;
+        assert_engine_receives(&gateway, body, expected.as_bytes(), size).await;
     }
 }
 
 /// Posts `body` as a chat completion and asserts the engine got exactly
 /// `expected` (its length and digest, as the fake engine reports them).
-async fn assert_engine_receives(
-    http: &reqwest::Client,
-    gateway: &Gateway,
-    body: Vec<u8>,
-    expected: &[u8],
-    size: usize,
-) {
-    let response = http
-        .post(gateway.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+async fn assert_engine_receives(gateway: &Gateway, body: Vec<u8>, expected: &[u8], size: usize) {
+    let response = gateway.post_chat_bytes(body).await;
     assert_eq!(response.status(), 200, "size {size}");
     assert_eq!(
         (
@@ -262,13 +249,7 @@ async fn large_body_survives_failover() {
     let gateway = Gateway::start(&config).await;
     let body = large_chat_body("chat", 2 * 1024 * 1024);
     for _ in 0..2 {
-        let response = client()
-            .post(gateway.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+        let response = gateway.post_chat_bytes(body.clone()).await;
         assert_eq!(response.status(), 200);
         assert_eq!(
             response.headers()["x-fake-body-sha256"],
@@ -410,42 +391,29 @@ async fn bad_requests_get_openai_errors() {
     );
     let gateway = Gateway::start(&config).await;
     let http = client();
-    let post = |body: &'static str| {
-        http.post(gateway.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-    };
 
     let (status, body) = error_of(gateway.chat("no-such-model", "x").await).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "model_not_found");
     assert_eq!(body["error"]["param"], "model");
 
-    let (status, body) = error_of(post("{\"model\": ").await.unwrap()).await;
+    let (status, body) = error_of(gateway.post_chat_bytes("{\"model\": ").await).await;
     assert_eq!(status, 400);
     assert!(body["error"]["message"]
         .as_str()
         .unwrap()
         .contains("not valid JSON"));
 
-    let (status, body) = error_of(post("{\"messages\": []}").await.unwrap()).await;
+    let (status, body) = error_of(gateway.post_chat_bytes("{\"messages\": []}").await).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "model");
 
-    let (status, body) = error_of(post("{\"model\": 7}").await.unwrap()).await;
+    let (status, body) = error_of(gateway.post_chat_bytes("{\"model\": 7}").await).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "model");
 
     let oversize = large_chat_body("chat", 8192);
-    let response = http
-        .post(gateway.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(oversize)
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = error_of(response).await;
+    let (status, body) = error_of(gateway.post_chat_bytes(oversize).await).await;
     assert_eq!(status, 413);
     assert_eq!(body["error"]["code"], "request_too_large");
 

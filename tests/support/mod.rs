@@ -396,6 +396,18 @@ impl Gateway {
             .expect("chat request")
     }
 
+    /// POSTs `body`, as it is (JSON or not), to `/v1/chat/completions`
+    /// with a JSON content type, and returns the response.
+    pub async fn post_chat_bytes(&self, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        client()
+            .post(self.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("chat request")
+    }
+
     /// A completion of the token-id prompt `ids` for `model`, answered 200;
     /// the provider that served it.
     pub async fn complete_ids(&self, model: &str, ids: &[u32]) -> String {
