@@ -77,6 +77,16 @@ pub static TARGET_HEADER: HeaderName = HeaderName::from_static("x-rolter-target"
 pub static UPSTREAM_MODEL_HEADER: HeaderName = HeaderName::from_static("x-rolter-upstream-model");
 /// How many headers `response_filter` adds.
 const RESPONSE_HEADERS: usize = 3;
+/// How many headers `upstream_request_filter` adds: the forwarding headers, the request id,
+/// `Host`, `Authorization` and `Content-Length`.
+const UPSTREAM_REQUEST_HEADERS: usize = forwarding::FORWARDING_HEADERS + 4;
+// The patched Pingora reads an engine's response header and copies the client's request with
+// room for these (and, in a response, the `Connection` its HTTP/1 session sets), so the
+// `reserve` calls below are checks that cost nothing; a header added without raising the room
+// would grow both maps of every request again.
+const _: () =
+    assert!(RESPONSE_HEADERS < pingora::protocols::http::v1::client::RESPONSE_HEADER_ROOM);
+const _: () = assert!(UPSTREAM_REQUEST_HEADERS <= pingora::proxy::UPSTREAM_REQUEST_HEADER_ROOM);
 
 pub struct Gateway {
     state: Arc<GatewayState>,
@@ -225,10 +235,8 @@ impl ProxyHttp for Gateway {
             return Err(not_admitted("upstream_request_filter"));
         };
         let provider = &target.provider;
-        // A copy of the client's header, with room for what it was parsed
-        // with: grown once here, not per insert below (the forwarding
-        // headers, the request id, `Host`, `Authorization`, `Content-Length`).
-        upstream.reserve(forwarding::FORWARDING_HEADERS + 4);
+        // Pingora made the copy with room for these (checked above).
+        upstream.reserve(UPSTREAM_REQUEST_HEADERS);
         // First, so that a `Connection` naming a header the gateway sets
         // below cannot remove it.
         forwarding::strip_hop_by_hop(upstream);
@@ -463,7 +471,7 @@ impl ProxyHttp for Gateway {
         if self.state.is_draining() {
             session.set_keepalive(None);
         }
-        // Parsed with room for the engine's headers only.
+        // Read with room for these (checked above).
         response.reserve(RESPONSE_HEADERS);
         if let Some(id) = &ctx.request_id {
             response.insert_header_static(&REQUEST_ID_HEADER, id.clone());

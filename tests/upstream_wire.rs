@@ -361,3 +361,99 @@ async fn a_stream_after_an_informational_response_arrives_whole_and_its_connecti
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Engine headers past the room the gateway reads a response with, one name
+/// twice and apart, each in its own case.
+fn cased_answer(stream: &mut TcpStream) {
+    let extra: String = (0..10).map(|i| format!("X-Engine-{i}: e{i}\r\n")).collect();
+    let headers = format!("X-Engine-Twice: 1\r\nx-engine-b: 2\r\n{extra}X-ENGINE-TWICE: 3\r\n");
+    answer_json(stream, "HTTP/1.1 200 OK", &headers);
+}
+
+/// The header lines of `head` (past its first line) named `name`, in order,
+/// as they were spelled.
+fn lines_named<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    head.split("\r\n")
+        .skip(1)
+        .filter(|line| {
+            line.split_once(':')
+                .is_some_and(|(n, _)| n.eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+/// The patched Pingora copies the client's header into the engine's request,
+/// and reads the engine's response header, with room for what the gateway
+/// adds (patches/README.md). Past that room, with a name repeated apart and
+/// spelled differently each time, every header still crosses once, in its
+/// case, a repeated name's values in their order, both ways.
+#[tokio::test]
+async fn headers_past_the_room_made_for_the_gateways_cross_whole_in_their_case_both_ways() {
+    let (url, received) = raw_engine(cased_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    let body = r#"{"model":"chat","messages":[{"role":"user","content":"hi"}]}"#;
+    let extra: String = (0..12).map(|i| format!("X-Client-{i}: c{i}\r\n")).collect();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nX-Twice: a\r\n\
+         Content-Type: application/json\r\n{extra}x-TWICE: b\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut client = TcpStream::connect(gateway.listen).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    client.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (response_head, response_body) = answer.split_once("\r\n\r\n").unwrap();
+
+    let engine_head = received
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the engine got the request")
+        .head;
+    assert_eq!(
+        lines_named(&engine_head, "x-twice"),
+        ["X-Twice: a", "x-TWICE: b"]
+    );
+    for i in 0..12 {
+        let line = format!("X-Client-{i}: c{i}");
+        assert_eq!(
+            lines_named(&engine_head, &format!("x-client-{i}")),
+            [line.as_str()]
+        );
+    }
+    for added in ["x-forwarded-for", "x-request-id", "host", "content-length"] {
+        assert_eq!(
+            lines_named(&engine_head, added).len(),
+            1,
+            "{added} in {engine_head}"
+        );
+    }
+    assert!(lines_named(&engine_head, "connection")
+        .iter()
+        .all(|l| !l.contains("close")));
+
+    assert!(response_head.starts_with("HTTP/1.1 200"), "{response_head}");
+    assert_eq!(response_body, JSON_BODY);
+    assert_eq!(
+        lines_named(response_head, "x-engine-twice"),
+        ["X-Engine-Twice: 1", "X-ENGINE-TWICE: 3"]
+    );
+    assert_eq!(lines_named(response_head, "x-engine-b"), ["x-engine-b: 2"]);
+    for i in 0..10 {
+        let line = format!("X-Engine-{i}: e{i}");
+        assert_eq!(
+            lines_named(response_head, &format!("x-engine-{i}")),
+            [line.as_str()]
+        );
+    }
+    for added in ["x-request-id", "x-rolter-target", "x-rolter-upstream-model"] {
+        assert_eq!(
+            lines_named(response_head, added).len(),
+            1,
+            "{added} in {response_head}"
+        );
+    }
+}

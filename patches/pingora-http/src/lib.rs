@@ -424,6 +424,32 @@ impl RequestHeader {
     pub fn as_owned_parts(&self) -> ReqParts {
         clone_req_parts(&self.base)
     }
+
+    /// A copy with room for `additional` more headers. rolter patch: a proxy's upstream
+    /// request starts as a copy of the client's, whose maps were sized for exactly the headers
+    /// it was parsed with; a clone keeps that size, and the proxy's first inserts then grew
+    /// both maps (a reallocation and a rehash of each) on every request.
+    pub fn clone_with_room(&self, additional: usize) -> Self {
+        let mut base = ReqBuilder::new()
+            .method(self.base.method.clone())
+            .uri(self.base.uri.clone())
+            .version(self.base.version)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        base.headers = map_with_room(&self.base.headers, additional);
+        base.extensions = self.base.extensions.clone();
+        Self {
+            base,
+            header_name_map: self
+                .header_name_map
+                .as_ref()
+                .map(|names| map_with_room(names, additional)),
+            raw_target: self.raw_target.clone(),
+            send_end_stream: self.send_end_stream,
+        }
+    }
 }
 
 impl Clone for RequestHeader {
@@ -958,6 +984,17 @@ fn insert_header_value_static<T>(
 
 // rolter patch: [RequestHeader::reserve()], for both header types.
 #[inline]
+/// rolter patch: `map`'s headers, in its order, in a map sized once for them and `additional`
+/// more. Appended in iteration order, a name's values stay together and in order, and a value
+/// map and its case map built from maps that agree still agree entry for entry.
+fn map_with_room<T: Clone>(map: &HMap<T>, additional: usize) -> HMap<T> {
+    let mut copy = HMap::with_capacity(map.len() + additional);
+    for (name, value) in map {
+        copy.append(name.clone(), value.clone());
+    }
+    copy
+}
+
 fn reserve_headers<T>(name_map: Option<&mut CaseMap>, value_map: &mut HMap<T>, additional: usize) {
     if let Some(name_map) = name_map {
         name_map.reserve(additional);

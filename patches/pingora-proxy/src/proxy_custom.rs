@@ -87,7 +87,10 @@ where
         client_session.set_read_timeout(peer.options.read_timeout);
         client_session.set_write_timeout(peer.options.write_timeout);
 
-        let mut req = session.req_header().clone();
+        // rolter patch: with room for the headers the proxy adds.
+        let mut req = session
+            .req_header()
+            .clone_with_room(crate::UPSTREAM_REQUEST_HEADER_ROOM);
 
         if session.cache.enabled() {
             pingora_cache::filters::upstream::request_filter(

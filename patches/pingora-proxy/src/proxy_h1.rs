@@ -45,7 +45,10 @@ where
 
         // phase 2 send to upstream
 
-        let mut req = session.req_header().clone();
+        // rolter patch: with room for the headers the proxy adds.
+        let mut req = session
+            .req_header()
+            .clone_with_room(crate::UPSTREAM_REQUEST_HEADER_ROOM);
         let authority_policy = AuthorityPolicy::from(session.downstream_session.is_custom());
         let downstream_had_host = req.headers.contains_key(http::header::HOST);
         req.set_version(Version::HTTP_11);

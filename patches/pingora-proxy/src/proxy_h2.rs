@@ -130,7 +130,10 @@ where
         SV: ProxyHttp + Send + Sync,
         SV::CTX: Send + Sync,
     {
-        let mut req = session.req_header().clone();
+        // rolter patch: with room for the headers the proxy adds.
+        let mut req = session
+            .req_header()
+            .clone_with_room(crate::UPSTREAM_REQUEST_HEADER_ROOM);
         let authority_policy = AuthorityPolicy::from(session.downstream_session.is_custom());
 
         // A patched HTTP/1 parser can preserve non-UTF-8 request-target bytes, but `http::Uri`,

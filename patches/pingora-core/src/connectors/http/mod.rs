@@ -132,6 +132,25 @@ where
         }
     }
 
+    /// rolter patch: a pooled connection to an HTTP/1-only peer, or `None`
+    /// (also for a peer that may speak h2 or a custom protocol, whose reuse
+    /// `get_http_session` decides). A caller that boxes the connect path
+    /// tries this first: `get_http_session`'s future is sized by the
+    /// connect and TLS handshake (8.8 KB), and boxing it for a request that
+    /// reuses a connection cost an allocation and a copy of that size.
+    pub async fn reused_h1_session<P: Peer + Send + Sync + 'static>(
+        &self,
+        peer: &P,
+    ) -> Option<HttpSession<C::Session>> {
+        let h1_only = peer.get_peer_options().is_none_or(|o| {
+            o.alpn.get_max_http_version() == 1 && !matches!(o.alpn, ALPN::Custom(_))
+        });
+        if !h1_only {
+            return None;
+        }
+        self.h1.reused_http_session(peer).await.map(HttpSession::H1)
+    }
+
     pub async fn release_http_session<P: Peer + Send + Sync + 'static>(
         &self,
         session: HttpSession<C::Session>,

@@ -31,6 +31,14 @@ use crate::protocols::http::HttpTask;
 use crate::protocols::{Digest, SocketAddr, Stream, UniqueID, UniqueIDType};
 use crate::utils::{BufRef, KVRef};
 
+/// rolter patch: room in an upstream response's header, sized when it is read, for the headers
+/// a proxy adds (rolter: three) and the `Connection` a downstream HTTP/1 session sets (its
+/// `Date` replaces the one engines send). Read with room for exactly its own headers, the
+/// header's two maps were grown (reallocated and rehashed) by the first insert, and again by
+/// the session's. No more room than that: an open stream keeps these maps, and one header of
+/// room too many can double them.
+pub const RESPONSE_HEADER_ROOM: usize = 4;
+
 /// The HTTP 1.x client session
 pub struct HttpSession {
     buf: Bytes,
@@ -398,9 +406,10 @@ impl HttpSession {
                         // while header_refs doesn't as it is still empty
                         let _num_headers = populate_headers(base, &mut header_refs, resp.headers);
 
+                        // rolter patch: with room for what a proxy adds.
                         let mut response_header = match ResponseHeader::build(
                             resp.code.unwrap(),
-                            Some(resp.headers.len()),
+                            Some(resp.headers.len() + RESPONSE_HEADER_ROOM),
                         ) {
                             Ok(header) => Box::new(header),
                             Err(e) => return self.fail_response_header_read(e),
