@@ -6,7 +6,8 @@ latency percentiles, failures) so the report can put them in one table.
 
   throughput  k6 `bench.js` MODE=throughput: closed loop, non-streaming chat.
   latency     k6 MODE=latency: fixed arrival rate (1,000/s, which the
-              generator's core sustains for every configuration), non-streaming.
+              generator's core sustains for every configuration), non-streaming;
+              the bare Pingora passthrough too, the framework's floor.
   sse         k6 MODE=stream: many concurrent long SSE streams (fake-llm,
               50 ms per token); the unit is a stream.
   chunks      `sse_clients.py chunks` against `sse_stamp_engine.py`: the
@@ -485,7 +486,7 @@ def scenarios(plan: Plan) -> list[Scenario]:
         Scenario(
             "latency",
             f"chat at a fixed {plan.rate:,}/s",
-            "request", "fast", ["direct", "nginx", "rolter"],
+            "request", "fast", ["direct", "nginx", "pingora", "rolter"],
             measure_k6("latency", lambda p: {"RATE": p.rate, "CHAT_TOKENS": p.chat_tokens},
                        lambda p: p.duration_s),
         ),
