@@ -982,8 +982,6 @@ fn insert_header_value_static<T>(
     value_map.insert(name.clone(), value);
 }
 
-// rolter patch: [RequestHeader::reserve()], for both header types.
-#[inline]
 /// rolter patch: `map`'s headers, in its order, in a map sized once for them and `additional`
 /// more. Appended in iteration order, a name's values stay together and in order, and a value
 /// map and its case map built from maps that agree still agree entry for entry.
@@ -995,6 +993,8 @@ fn map_with_room<T: Clone>(map: &HMap<T>, additional: usize) -> HMap<T> {
     copy
 }
 
+// rolter patch: [RequestHeader::reserve()], for both header types.
+#[inline]
 fn reserve_headers<T>(name_map: Option<&mut CaseMap>, value_map: &mut HMap<T>, additional: usize) {
     if let Some(name_map) = name_map {
         name_map.reserve(additional);
