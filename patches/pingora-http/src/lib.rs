@@ -430,18 +430,8 @@ impl RequestHeader {
     /// it was parsed with; a clone keeps that size, and the proxy's first inserts then grew
     /// both maps (a reallocation and a rehash of each) on every request.
     pub fn clone_with_room(&self, additional: usize) -> Self {
-        let mut base = ReqBuilder::new()
-            .method(self.base.method.clone())
-            .uri(self.base.uri.clone())
-            .version(self.base.version)
-            .body(())
-            .unwrap()
-            .into_parts()
-            .0;
-        base.headers = map_with_room(&self.base.headers, additional);
-        base.extensions = self.base.extensions.clone();
         Self {
-            base,
+            base: req_parts_with(&self.base, map_with_room(&self.base.headers, additional)),
             header_name_map: self
                 .header_name_map
                 .as_ref()
@@ -870,6 +860,12 @@ fn parse_request_target(target: &[u8]) -> Result<ParsedRequestTarget> {
 }
 
 fn clone_req_parts(me: &ReqParts) -> ReqParts {
+    req_parts_with(me, me.headers.clone())
+}
+
+// rolter patch: [clone_req_parts()] with the headers given, for
+// [RequestHeader::clone_with_room()].
+fn req_parts_with(me: &ReqParts, headers: HMap) -> ReqParts {
     let mut parts = ReqBuilder::new()
         .method(me.method.clone())
         .uri(me.uri.clone())
@@ -878,7 +874,7 @@ fn clone_req_parts(me: &ReqParts) -> ReqParts {
         .unwrap()
         .into_parts()
         .0;
-    parts.headers = me.headers.clone();
+    parts.headers = headers;
     parts.extensions = me.extensions.clone();
     parts
 }
