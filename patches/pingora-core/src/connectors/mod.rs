@@ -15,6 +15,7 @@
 //! Connecting to servers
 
 pub mod http;
+mod idle_pool;
 pub mod l4;
 #[cfg(feature = "any_tls")]
 mod tls;
@@ -28,45 +29,19 @@ use crate::server::configuration::ServerConf;
 use crate::upstreams::peer::{Peer, ALPN};
 
 use crate::offload::OffloadRuntime;
+use idle_pool::IdlePool;
 pub use l4::Connect as L4Connect;
 use l4::{connect as l4_connect, BindTo};
-use log::{debug, error, warn};
+use log::{debug, warn};
 use parking_lot::RwLock;
 use pingora_error::{Error, ErrorType::*, OrErr, Result};
-use pingora_pool::{ConnectionMeta, ConnectionPool};
+use pingora_pool::ConnectionMeta;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tls::TlsConnector;
-use tokio::sync::Mutex;
-
-/// How often [`released`] looks again for the idle poll's last reference:
-/// yields first, then sleeps of a millisecond, a few milliseconds at most.
-const RELEASE_YIELDS: usize = 8;
-const RELEASE_SLEEPS: usize = 4;
-
-/// The stream behind `shared` once the idle poll that watched it has let go
-/// of it. The poll's lock guard owns a clone of the `Arc` and releases the
-/// lock before it drops that clone, so a taker woken on another thread can
-/// see two owners for a moment (longer when the poll's thread is preempted
-/// in between). Waiting briefly keeps a healthy connection that would
-/// otherwise be closed and replaced by a new one.
-async fn released<T>(mut shared: Arc<Mutex<T>>) -> std::result::Result<Mutex<T>, Arc<Mutex<T>>> {
-    for attempt in 0..RELEASE_YIELDS + RELEASE_SLEEPS {
-        match Arc::try_unwrap(shared) {
-            Ok(lock) => return Ok(lock),
-            Err(back) => shared = back,
-        }
-        if attempt < RELEASE_YIELDS {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-    Arc::try_unwrap(shared)
-}
 
 #[derive(Clone, Debug)]
 pub(crate) struct IdleConnection {
@@ -196,7 +171,7 @@ impl ConnectorOptions {
 /// [TransportConnector] provides APIs to connect to servers via TCP or TLS with connection reuse
 pub struct TransportConnector {
     tls_ctx: tls::Connector,
-    connection_pool: Arc<ConnectionPool<Arc<Mutex<Stream>>>>,
+    connection_pool: Arc<IdlePool>,
     offload: Option<OffloadRuntime>,
     bind_to_v4: Vec<SocketAddr>,
     bind_to_v6: Vec<SocketAddr>,
@@ -229,7 +204,7 @@ impl TransportConnector {
             .and_then(|o| o.keepalive_pool_callback.clone());
         TransportConnector {
             tls_ctx: tls::Connector::new(options),
-            connection_pool: Arc::new(ConnectionPool::new(pool_size)),
+            connection_pool: Arc::new(IdlePool::new(pool_size)),
             offload: offload.map(|v| OffloadRuntime::new("upstream connect offload", v.0, v.1)),
             bind_to_v4,
             bind_to_v6,
@@ -275,57 +250,35 @@ impl TransportConnector {
 
     /// Try to find a reusable connection to the given server [Peer]
     pub async fn reused_stream<P: Peer + Send + Sync>(&self, peer: &P) -> Option<Stream> {
-        match self.connection_pool.get(&peer.reuse_hash()) {
-            Some(s) => {
-                debug!("find reusable stream, trying to acquire it");
-                {
-                    let _ = s.lock().await;
-                } // wait for the idle poll to release it
-                match released(s).await {
-                    Ok(l) => {
-                        let mut stream = l.into_inner();
-                        // test_reusable_stream: we assume server would never actively send data
-                        // first on an idle stream.
-                        #[cfg(unix)]
-                        if connected_to(&stream, peer)
-                            && test_reusable_stream(&mut stream, &self.unexpected_data_conn_count)
-                        {
-                            Some(stream)
-                        } else {
-                            None
-                        }
-                        #[cfg(windows)]
-                        {
-                            use std::os::windows::io::{AsRawSocket, RawSocket};
-                            struct WrappedRawSocket(RawSocket);
-                            impl AsRawSocket for WrappedRawSocket {
-                                fn as_raw_socket(&self) -> RawSocket {
-                                    self.0
-                                }
-                            }
-                            if peer.matches_sock(WrappedRawSocket(stream.id() as RawSocket))
-                                && test_reusable_stream(
-                                    &mut stream,
-                                    &self.unexpected_data_conn_count,
-                                )
-                            {
-                                Some(stream)
-                            } else {
-                                None
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        error!("failed to acquire reusable stream");
-                        None
+        // A stream its server closed, or sent data on, is closed and the
+        // next one tried: each turn takes one out of a bounded pool.
+        while let Some(mut stream) = self.connection_pool.take(peer.reuse_hash()) {
+            // test_reusable_stream: we assume server would never actively send data
+            // first on an idle stream.
+            #[cfg(unix)]
+            if connected_to(&stream, peer)
+                && test_reusable_stream(&mut stream, &self.unexpected_data_conn_count)
+            {
+                return Some(stream);
+            }
+            #[cfg(windows)]
+            {
+                use std::os::windows::io::{AsRawSocket, RawSocket};
+                struct WrappedRawSocket(RawSocket);
+                impl AsRawSocket for WrappedRawSocket {
+                    fn as_raw_socket(&self) -> RawSocket {
+                        self.0
                     }
                 }
-            }
-            None => {
-                debug!("No reusable connection found for {peer}");
-                None
+                if peer.matches_sock(WrappedRawSocket(stream.id() as RawSocket))
+                    && test_reusable_stream(&mut stream, &self.unexpected_data_conn_count)
+                {
+                    return Some(stream);
+                }
             }
         }
+        debug!("No reusable connection found for {peer}");
+        None
     }
 
     /// Return the [Stream] to the [TransportConnector] for connection reuse.
@@ -344,32 +297,21 @@ impl TransportConnector {
         if !test_reusable_stream(&mut stream, &self.unexpected_data_conn_count) {
             return;
         }
-        let id = stream.id();
-        let meta = ConnectionMeta::new(key, id);
         debug!("Try to keepalive client session");
-        let stream = Arc::new(Mutex::new(stream));
-        let locked_stream = stream.clone().try_lock_owned().unwrap(); // safe as we just created it
-        let (notify_close, watch_use) = self.connection_pool.put(&meta, stream);
-        let idle_meta = IdleConnection::new(meta);
-        let pool = self.connection_pool.clone(); //clone the arc
-        let keepalive_pool_callback = self.keepalive_pool_callback.clone();
-        let rt = pingora_runtime::current_handle();
-        rt.spawn(async move {
-            if pool
-                .idle_poll(
-                    locked_stream,
-                    &idle_meta.connection,
-                    idle_timeout,
-                    notify_close,
-                    watch_use,
-                )
-                .await
-            {
-                if let Some(callback) = keepalive_pool_callback {
-                    callback(idle_meta.elapsed());
-                }
+        let put = self.connection_pool.put(key, stream, idle_timeout);
+        if let Some(evicted) = put.evicted {
+            if let Some(callback) = &self.keepalive_pool_callback {
+                callback(evicted.idle);
             }
-        });
+            // Closed here, out of the pool's lock.
+            drop(evicted.stream);
+        }
+        if put.start_sweep {
+            pingora_runtime::current_handle().spawn(idle_pool::sweep(
+                Arc::downgrade(&self.connection_pool),
+                self.unexpected_data_conn_count.clone(),
+            ));
+        }
     }
 
     /// Get a stream to the given server [Peer]
