@@ -120,7 +120,7 @@ impl ClientOrigin {
         let real_ip = match (self.client, &chain) {
             (Some(_), Some(chain)) if !self.peer_trusted => Some(chain.clone()),
             (Some(client), _) => Some(
-                HeaderValue::from_str(&client.to_string())
+                HeaderValue::from_str(&address_text(client))
                     .map_err(|_| invalid_value(&X_REAL_IP))?,
             ),
             (None, _) => None,
@@ -176,7 +176,7 @@ pub fn resolve(
             peer,
             peer_trusted: false,
             client: peer,
-            forwarded_for: peer.map(|ip| ip.to_string()),
+            forwarded_for: peer.map(address_text),
             proto: own_proto,
             host,
         };
@@ -194,7 +194,7 @@ pub fn resolve(
         .unwrap_or_default();
     let client = real_client(peer_ip, &entries, trusted);
     let forwarded_for = match entries.is_empty() {
-        true => peer_ip.to_string(),
+        true => address_text(peer_ip),
         false => format!("{}, {peer_ip}", entries.join(", ")),
     };
     let proto = match headers.get(&X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
@@ -231,6 +231,30 @@ fn real_client(peer: IpAddr, chain: &[&str], trusted: &[Cidr]) -> IpAddr {
         }
     }
     client
+}
+
+/// `ip` as `Display` writes it. An IPv4 address, every request's, is
+/// written digit by digit: `to_string` goes through the formatting
+/// machinery once per octet, ~1.6 k instructions (callgrind) of a chat
+/// request's ~100 k.
+fn address_text(ip: IpAddr) -> String {
+    let IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut text = String::with_capacity("255.255.255.255".len());
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 fn is_trusted(ip: IpAddr, trusted: &[Cidr]) -> bool {
@@ -342,6 +366,24 @@ mod tests {
 
     fn host(s: &str) -> Option<HeaderValue> {
         Some(HeaderValue::from_str(s).unwrap())
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let mut addresses: Vec<IpAddr> = ["::1", "::ffff:10.0.0.1", "2001:db8::7"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        // Every octet value, in every position, and each digit count.
+        for n in 0..=255u8 {
+            addresses.push(IpAddr::from([n, 0, 9, 255]));
+            addresses.push(IpAddr::from([255, n, 10, 99]));
+            addresses.push(IpAddr::from([100, 1, n, 0]));
+            addresses.push(IpAddr::from([7, 200, 55, n]));
+        }
+        for address in addresses {
+            assert_eq!(address_text(address), address.to_string());
+        }
     }
 
     #[test]
