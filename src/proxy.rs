@@ -70,7 +70,9 @@ use crate::state::GatewayState;
 use crate::tracker::{parse_retry_after, FailureReason};
 
 /// Request header carrying the caller's session identity (consistent hashing, affinity).
-pub const SESSION_HEADER: &str = "x-session-id";
+/// Names read on every request are `HeaderName`s: a lookup by `&str` parses
+/// and lower-cases the name first.
+pub static SESSION_HEADER: HeaderName = HeaderName::from_static("x-session-id");
 /// Response header naming the provider that served the request.
 pub static TARGET_HEADER: HeaderName = HeaderName::from_static("x-rolter-target");
 /// Response header naming the model the provider was asked for.

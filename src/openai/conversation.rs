@@ -28,8 +28,15 @@ impl Default for Conversation {
 
 impl Conversation {
     pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// Room for `hint` bytes of text, at most the bound: a conversation
+    /// pushed piece by piece (role, separator, text, per turn) otherwise
+    /// grows its buffer several times per request.
+    pub fn with_capacity(hint: usize) -> Self {
         Self {
-            text: String::new(),
+            text: String::with_capacity(hint.min(RouteContext::MAX_PROMPT_BYTES)),
             len: 0,
             digest: Xxh3::new(),
         }

@@ -220,7 +220,9 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     }
     let model_span = span_in(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
 
-    let mut conversation = Conversation::new();
+    // The routing text is made of the body's strings and shorter labels
+    // (`user: ` for `"role":"user"`), so the body's size is room enough.
+    let mut conversation = Conversation::with_capacity(body.len());
     let mut token_ids = None;
     let readable = match endpoint {
         Endpoint::ChatCompletions => match &envelope.messages {

@@ -7,7 +7,7 @@
 use super::RequestError;
 
 /// The request header carrying comma-separated token ids.
-pub const TOKEN_IDS_HEADER: &str = "x-rolter-token-ids";
+pub static TOKEN_IDS_HEADER: http::HeaderName = http::HeaderName::from_static("x-rolter-token-ids");
 
 /// Parses `1,2, 3` into token ids; whitespace around ids is allowed, empty
 /// entries and anything but unsigned 32-bit integers are not.

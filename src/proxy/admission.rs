@@ -76,7 +76,7 @@ pub async fn admit(
         return stored_response(session.req_header(), ctx, homes, &caller);
     }
 
-    let header_token_ids = match session.req_header().headers.get(TOKEN_IDS_HEADER) {
+    let header_token_ids = match session.req_header().headers.get(&TOKEN_IDS_HEADER) {
         Some(value) => Some(parse_token_ids(value.as_bytes())?),
         None => None,
     };
@@ -132,7 +132,7 @@ pub async fn admit(
     let session_key = session
         .req_header()
         .headers
-        .get(SESSION_HEADER)
+        .get(&SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty())
         .map(str::to_string);
@@ -273,12 +273,13 @@ fn request_header_bytes(request: &RequestHeader) -> usize {
 
 /// Request header with which a request lowers its own flow-control
 /// priority below its key's.
-pub const PRIORITY_HEADER: &str = "x-rolter-priority";
+pub static PRIORITY_HEADER: header::HeaderName =
+    header::HeaderName::from_static("x-rolter-priority");
 
 /// The request's priority band: its key's, or lower where `x-rolter-priority`
 /// asks (a request cannot raise itself above its key).
 fn priority(request: &RequestHeader, caller: &Caller) -> Result<i32, GatewayError> {
-    let Some(value) = request.headers.get(PRIORITY_HEADER) else {
+    let Some(value) = request.headers.get(&PRIORITY_HEADER) else {
         return Ok(caller.priority);
     };
     let text = String::from_utf8_lossy(value.as_bytes());
@@ -320,11 +321,11 @@ mod tests {
         let caller = Caller::anonymous();
         let mut request = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
         assert_eq!(priority(&request, &caller).unwrap(), 0);
-        request.insert_header(PRIORITY_HEADER, "-2").unwrap();
+        request.insert_header(&PRIORITY_HEADER, "-2").unwrap();
         assert_eq!(priority(&request, &caller).unwrap(), -2);
-        request.insert_header(PRIORITY_HEADER, " 5 ").unwrap();
+        request.insert_header(&PRIORITY_HEADER, " 5 ").unwrap();
         assert_eq!(priority(&request, &caller).unwrap(), 0, "not above the key");
-        request.insert_header(PRIORITY_HEADER, "high").unwrap();
+        request.insert_header(&PRIORITY_HEADER, "high").unwrap();
         let error = priority(&request, &caller).unwrap_err();
         assert_eq!(error.status(), 400);
         assert!(error.to_string().contains("x-rolter-priority"), "{error}");
