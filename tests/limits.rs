@@ -329,17 +329,6 @@ async fn read_response(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
     })
 }
 
-/// Waits up to `limit` for the server to close `stream` (EOF or reset);
-/// false if it is still open then.
-async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> bool {
-    let mut byte = [0u8; 1];
-    match tokio::time::timeout(limit, stream.read(&mut byte)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => true,
-        Ok(Ok(_)) => panic!("unexpected data from the server"),
-        Err(_) => false,
-    }
-}
-
 /// A gateway with one route and the given `[server]` settings, anonymous
 /// callers allowed; `/v1/models` needs no engine, but the route does.
 async fn edge_gateway(engine: &FakeEngine, server: &str) -> Gateway {
@@ -363,7 +352,7 @@ async fn keepalive_requests_closes_the_connection_after_the_nth_response() {
     let third = get_models(&mut stream).await.unwrap();
     assert_eq!(third.status, 200);
     assert_eq!(third.connection, "close");
-    assert!(closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(closed_by_peer(&mut stream, PROMPTLY).await);
     // A fourth request on it gets nothing.
     assert!(get_models(&mut stream).await.is_err());
 }
@@ -376,7 +365,7 @@ async fn an_idle_connection_is_closed_after_keepalive_timeout() {
     let response = get_models(&mut stream).await.unwrap();
     assert_eq!(response.connection, "keep-alive");
     let idle_since = Instant::now();
-    assert!(closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(closed_by_peer(&mut stream, PROMPTLY).await);
     let idle = idle_since.elapsed();
     assert!(
         idle >= Duration::from_millis(900),
@@ -399,7 +388,7 @@ async fn keepalive_timeout_zero_closes_after_every_response() {
     let response = get_models(&mut stream).await.unwrap();
     assert_eq!(response.status, 200);
     assert_eq!(response.connection, "close");
-    assert!(closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(closed_by_peer(&mut stream, PROMPTLY).await);
 }
 
 #[tokio::test]
@@ -418,7 +407,7 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
         .write_all(b"GET /v1/models HTTP/1.1\r\nHost: rolter.test\r\n")
         .await
         .unwrap();
-    assert!(closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(closed_by_peer(&mut stream, PROMPTLY).await);
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(900), "cut after {waited:?}");
 
@@ -430,13 +419,13 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
     let mut cut = false;
     for piece in header.chunks(4) {
         if stream.write_all(piece).await.is_err()
-            || closed_by_server(&mut stream, Duration::from_millis(250)).await
+            || closed_by_peer(&mut stream, Duration::from_millis(250)).await
         {
             cut = true;
             break;
         }
     }
-    assert!(cut || closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(cut || closed_by_peer(&mut stream, PROMPTLY).await);
     let waited = started.elapsed();
     assert!(
         (Duration::from_millis(900)..Duration::from_millis(2500)).contains(&waited),
@@ -454,7 +443,7 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
         .await
         .unwrap();
     let started = Instant::now();
-    assert!(closed_by_server(&mut stream, PROMPTLY).await);
+    assert!(closed_by_peer(&mut stream, PROMPTLY).await);
     assert!(started.elapsed() >= Duration::from_millis(900));
 
     let metrics = gateway.metrics().await;
@@ -478,7 +467,7 @@ async fn max_connections_refuses_the_connection_beyond_the_limit_until_one_close
     }
     // The third is closed at once, before a request is even read.
     let mut third = TcpStream::connect(gateway.listen).await.unwrap();
-    assert!(closed_by_server(&mut third, PROMPTLY).await);
+    assert!(closed_by_peer(&mut third, PROMPTLY).await);
     let mut fourth = TcpStream::connect(gateway.listen).await.unwrap();
     assert!(get_models(&mut fourth).await.is_err());
     // The held ones still work.

@@ -7,6 +7,8 @@
 //! The engine is a TCP listener whose accepted sockets the test holds, so it
 //! can close them and see the gateway close its end.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,7 +17,8 @@ use std::time::Duration;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::{HttpPeer, Peer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::closed_by_peer;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Longer than the pool's sweep interval (one second) with room for a busy
@@ -69,17 +72,6 @@ fn local_addr(stream: &Stream) -> SocketAddr {
         .expect("a TCP stream has a local address")
 }
 
-/// Whether the gateway closes its end of `engine_side` within `within`:
-/// the engine then reads the end of the stream.
-async fn closed_by_gateway(engine_side: &mut TcpStream, within: Duration) -> bool {
-    let mut byte = [0u8; 1];
-    match tokio::time::timeout(within, engine_side.read(&mut byte)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => true,
-        Ok(Ok(_)) => panic!("the gateway sent data on an idle connection"),
-        Err(_) => false,
-    }
-}
-
 /// Long enough for the gateway's runtime to see what the engine did to a
 /// socket (the readiness event of a close or of data).
 async fn let_events_arrive() {
@@ -123,7 +115,7 @@ async fn an_idle_connection_its_engine_closed_or_wrote_on_is_passed_over_for_the
     );
     assert_eq!(connector.unexpected_data_connection_count(), 1);
     assert!(
-        closed_by_gateway(&mut written_end, Duration::from_secs(1)).await,
+        closed_by_peer(&mut written_end, Duration::from_secs(1)).await,
         "the connection with unread data was closed when it was passed over"
     );
 }
@@ -139,7 +131,7 @@ async fn the_sweep_closes_idle_connections_their_engine_closed_again_after_the_p
         engine.release(&connector, stream, None);
         engine_end.shutdown().await.unwrap();
         assert!(
-            closed_by_gateway(&mut engine_end, SWEEP_BOUND).await,
+            closed_by_peer(&mut engine_end, SWEEP_BOUND).await,
             "round {round}: the gateway closed its end of the connection the engine closed"
         );
         assert_eq!(
@@ -167,7 +159,7 @@ async fn a_connection_past_its_idle_timeout_is_neither_handed_out_nor_kept_open(
         "the newer connection had expired"
     );
     assert!(
-        closed_by_gateway(&mut brief_end, Duration::from_secs(1)).await,
+        closed_by_peer(&mut brief_end, Duration::from_secs(1)).await,
         "the expired connection was closed when a request met it"
     );
 
@@ -175,7 +167,7 @@ async fn a_connection_past_its_idle_timeout_is_neither_handed_out_nor_kept_open(
     let (unasked, mut unasked_end) = engine.connect(&connector).await;
     engine.release(&connector, unasked, Some(Duration::from_millis(200)));
     assert!(
-        closed_by_gateway(&mut unasked_end, SWEEP_BOUND).await,
+        closed_by_peer(&mut unasked_end, SWEEP_BOUND).await,
         "the sweep closed the expired connection"
     );
     assert_eq!(engine.take(&connector).await, None);
@@ -202,7 +194,7 @@ async fn a_full_pool_closes_its_longest_idle_connection_and_reports_it() {
     }
 
     assert!(
-        closed_by_gateway(&mut ends[0], Duration::from_secs(1)).await,
+        closed_by_peer(&mut ends[0], Duration::from_secs(1)).await,
         "the first released connection was closed when the third came in"
     );
     assert_eq!(evictions.load(Ordering::Relaxed), 1);

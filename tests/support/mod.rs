@@ -585,3 +585,16 @@ pub fn served_by(response: &reqwest::Response) -> String {
         .unwrap_or("-")
         .to_string()
 }
+
+/// Waits up to `limit` for the other end of `stream` to close it (end of
+/// stream or reset); false if it is still open then. Data instead of a
+/// close fails the test.
+pub async fn closed_by_peer(stream: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(limit, stream.read(&mut byte)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) => panic!("data arrived on a connection expected to close"),
+        Err(_) => false,
+    }
+}
