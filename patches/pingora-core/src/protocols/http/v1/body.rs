@@ -55,6 +55,21 @@ const CRLF: &[u8; 2] = &[CR, LF];
 // This is really the CRLF end of the last trailer (or 0 chunk), + the last CRLF.
 const TRAILERS_END: &[u8; 4] = &[CR, LF, CR, LF];
 
+/// rolter patch: the longest chunk-size line, `usize::MAX` in hex and CRLF.
+const CHUNK_SIZE_LINE_MAX: usize = usize::BITS as usize / 4 + 2;
+
+/// rolter patch: a chunk's size line (upper-case hex digits, no leading
+/// zeros, then CRLF) written into `line`, as `format!("{:X}\r\n")` wrote it.
+fn chunk_size_line(size: usize, line: &mut [u8; CHUNK_SIZE_LINE_MAX]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let digits = (usize::BITS - size.leading_zeros()).div_ceil(4).max(1) as usize;
+    for (i, digit) in line[..digits].iter_mut().rev().enumerate() {
+        *digit = HEX[(size >> (4 * i)) & 0xF];
+    }
+    line[digits..digits + 2].copy_from_slice(CRLF);
+    &line[..digits + 2]
+}
+
 pub const INVALID_CHUNK: ErrorType = ErrorType::new("InvalidChunk");
 pub const INVALID_TRAILER_END: ErrorType = ErrorType::new("InvalidTrailerEnd");
 pub const PREMATURE_BODY_END: ErrorType = ErrorType::new("PrematureBodyEnd");
@@ -1438,8 +1453,11 @@ impl BodyWriter {
             BM::ChunkedEncoding(written) => {
                 let chunk_size = buf.len();
 
-                let chuck_size_buf = format!("{:X}\r\n", chunk_size);
-                let mut output_buf = Bytes::from(chuck_size_buf).chain(buf).chain(&b"\r\n"[..]);
+                // rolter: the size line written on the stack, not formatted
+                // into a new allocation for every chunk of every stream.
+                let mut size_line = [0u8; CHUNK_SIZE_LINE_MAX];
+                let size_line = chunk_size_line(chunk_size, &mut size_line);
+                let mut output_buf = Buf::chain(size_line, buf).chain(&b"\r\n"[..]);
                 stream
                     .write_all_buf(&mut output_buf)
                     .await
