@@ -6,11 +6,13 @@
 pub mod as_chat;
 mod content;
 mod conversation;
+mod envelope;
 mod form;
 mod messages;
 mod raw;
 mod request;
 mod responses;
+mod scan;
 mod token_ids;
 mod turns;
 pub mod usage;
@@ -18,8 +20,8 @@ pub mod usage;
 pub use conversation::Conversation;
 pub use form::form_boundary;
 pub use request::{
-    parse_form_request, parse_request, text_spans, ModelLiteral, ParsedRequest, RequestError,
-    Splice, TextSpans,
+    parse_form_request, parse_request, parse_request_by_serde, text_spans, ModelLiteral,
+    ParsedRequest, RequestError, Splice, TextSpans,
 };
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 

@@ -1,7 +1,9 @@
 //! `parse_request` over every endpoint: the first byte picks the endpoint,
 //! the rest is the request body.
 //!
-//! Beyond "never panics", every `Ok` must keep the promises the gateway
+//! Beyond "never panics", the answer must be the one serde alone gives
+//! (`parse_request_by_serde`: the envelope scanner declines what it cannot
+//! read the same way), and every `Ok` must keep the promises the gateway
 //! builds on:
 //! - `model_span` lies in the body and covers a JSON string literal that
 //!   decodes to `model` (the proxy splices the upstream model in there);
@@ -23,7 +25,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rolter::openai::{
-    parse_form_request, parse_request, Endpoint, ParsedRequest, RequestError, ROUTABLE_ENDPOINTS,
+    parse_form_request, parse_request, parse_request_by_serde, Endpoint, ParsedRequest,
+    RequestError, ROUTABLE_ENDPOINTS,
 };
 use rolter_balancer::{bound_prompt, RouteContext};
 use serde_json::Value;
@@ -64,7 +67,14 @@ fuzz_target!(|data: &[u8]| {
         }
         return;
     }
-    match parse_request(endpoint, body) {
+    let result = parse_request(endpoint, body);
+    // The envelope scanner answers only as serde would have.
+    assert_eq!(
+        result,
+        parse_request_by_serde(endpoint, body),
+        "the scanner and serde disagree"
+    );
+    match result {
         Ok(parsed) => {
             check_model_span(body, &parsed);
             check_prompt(endpoint, body, &parsed);

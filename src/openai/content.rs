@@ -6,9 +6,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use super::raw::string_value;
+use super::raw::{string_value, Raw};
 use super::Conversation;
 
 #[derive(Deserialize)]
@@ -21,7 +20,7 @@ struct Part<'a> {
 
 /// Reads `raw` into `conversation`; a part with text whose type is absent
 /// or passes `is_text` is text.
-pub fn read_content(raw: &RawValue, conversation: &mut Conversation, is_text: fn(&str) -> bool) {
+pub fn read_content(raw: Raw<'_>, conversation: &mut Conversation, is_text: fn(&str) -> bool) {
     match raw.get().as_bytes().first() {
         Some(b'"') => {
             if let Some(text) = string_value(raw) {
@@ -29,7 +28,7 @@ pub fn read_content(raw: &RawValue, conversation: &mut Conversation, is_text: fn
             }
         }
         Some(b'[') => {
-            if let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+            if let Ok(parts) = serde_json::from_str::<Vec<Raw<'_>>>(raw.get()) {
                 read_parts(&parts, conversation, is_text);
             }
         }
@@ -38,7 +37,7 @@ pub fn read_content(raw: &RawValue, conversation: &mut Conversation, is_text: fn
 }
 
 /// A list of parts, each kept raw, read as [`read_content`] reads one.
-pub fn read_parts(parts: &[&RawValue], conversation: &mut Conversation, is_text: fn(&str) -> bool) {
+pub fn read_parts(parts: &[Raw<'_>], conversation: &mut Conversation, is_text: fn(&str) -> bool) {
     for part in parts {
         match serde_json::from_str::<Part<'_>>(part.get()) {
             Ok(Part {

@@ -5,9 +5,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use super::raw::string_value;
+use super::raw::{string_value, Raw};
 use super::turns::{Content, Turns};
 use super::Conversation;
 
@@ -20,7 +19,7 @@ struct Block<'a> {
     text: Option<Cow<'a, str>>,
     /// A `tool_result`'s content: a string or blocks.
     #[serde(borrow)]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
     #[serde(borrow)]
     tool_use_id: Option<Cow<'a, str>>,
 }
@@ -28,7 +27,7 @@ struct Block<'a> {
 /// `system` (a string or text blocks), then `messages` turn by turn. False
 /// when `messages` is not a list of messages.
 pub fn read(
-    system: Option<&RawValue>,
+    system: Option<Raw<'_>>,
     messages: Option<&Turns<'_>>,
     conversation: &mut Conversation,
 ) -> bool {
@@ -54,7 +53,7 @@ pub fn read(
 /// text after its `tool_use_id`; anything else (tool calls, images,
 /// documents, thinking) is recorded by identity. JSON's nesting limit bounds
 /// the recursion through tool results.
-fn read_blocks(raw: &RawValue, conversation: &mut Conversation) {
+fn read_blocks(raw: Raw<'_>, conversation: &mut Conversation) {
     match raw.get().as_bytes().first() {
         Some(b'"') => {
             if let Some(text) = string_value(raw) {
@@ -62,7 +61,7 @@ fn read_blocks(raw: &RawValue, conversation: &mut Conversation) {
             }
         }
         Some(b'[') => {
-            if let Ok(blocks) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+            if let Ok(blocks) = serde_json::from_str::<Vec<Raw<'_>>>(raw.get()) {
                 read_block_list(&blocks, conversation);
             }
         }
@@ -71,7 +70,7 @@ fn read_blocks(raw: &RawValue, conversation: &mut Conversation) {
 }
 
 /// Blocks, each kept raw, read as [`read_blocks`] reads them.
-fn read_block_list(blocks: &[&RawValue], conversation: &mut Conversation) {
+fn read_block_list(blocks: &[Raw<'_>], conversation: &mut Conversation) {
     for block in blocks {
         let Ok(parsed) = serde_json::from_str::<Block<'_>>(block.get()) else {
             conversation.push_identity("block", block.get().as_bytes());

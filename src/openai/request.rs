@@ -1,8 +1,9 @@
 //! Reading an OpenAI request body: the model, where it sits, and the routing text.
 //!
-//! The body is parsed once: chat and Messages conversations are read in that
-//! pass (`turns.rs`), the other fields routing reads are borrowed as raw
-//! values and looked at more closely only as needed. `model` is kept as a
+//! The body is parsed once (`envelope.rs`: by the envelope scanner when it
+//! can vouch for the body, by serde otherwise): chat and Messages
+//! conversations are read in that pass, the other fields routing reads are
+//! borrowed as raw values and looked at more closely only as needed. `model` is kept as a
 //! byte span of the body so the gateway can splice in the upstream model
 //! without re-encoding the rest (the body may be many MiB of context).
 //!
@@ -15,15 +16,15 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::content::read_parts;
-use super::raw::string_value;
+use super::envelope::{self, Reader};
+use super::raw::{string_value, Raw};
 use super::turns::{Content, Turn, Turns};
 use super::{Conversation, Endpoint};
 
 /// What the gateway needs from a request body.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ParsedRequest {
     /// The public model asked for.
     pub model: String,
@@ -145,76 +146,57 @@ impl RequestError {
     }
 }
 
-/// The top-level fields routing looks at; everything else is skipped unparsed.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    /// Present (even as `null`) or absent: `null` is a `model` of the wrong
-    /// type, not a missing one.
-    #[serde(borrow, default, deserialize_with = "present")]
-    model: Option<&'a RawValue>,
-    #[serde(borrow)]
-    stream: Option<&'a RawValue>,
-    /// Chat's and Messages' conversation, read in this pass.
-    #[serde(borrow)]
-    messages: Option<Turns<'a>>,
-    #[serde(borrow)]
-    prompt: Option<&'a RawValue>,
-    #[serde(borrow)]
-    input: Option<&'a RawValue>,
-    /// Anthropic Messages: the system prompt.
-    #[serde(borrow)]
-    system: Option<&'a RawValue>,
-    /// Responses: the system prompt.
-    #[serde(borrow)]
-    instructions: Option<&'a RawValue>,
-    #[serde(borrow)]
-    previous_response_id: Option<&'a RawValue>,
-    /// Present (even as `null`) or absent, as for `model`.
-    #[serde(borrow, default, deserialize_with = "present")]
-    stream_options: Option<&'a RawValue>,
-}
-
 /// Where the parts a chat template reads sit: looked for only when a
 /// route's tokenizer asks, so the request path does not capture them.
 #[derive(Deserialize)]
 struct Parts<'a> {
     #[serde(borrow)]
-    messages: Option<&'a RawValue>,
+    messages: Option<Raw<'a>>,
     #[serde(borrow)]
-    prompt: Option<&'a RawValue>,
+    prompt: Option<Raw<'a>>,
     #[serde(borrow)]
-    input: Option<&'a RawValue>,
+    input: Option<Raw<'a>>,
     #[serde(borrow)]
-    tools: Option<&'a RawValue>,
+    tools: Option<Raw<'a>>,
     #[serde(borrow)]
-    chat_template_kwargs: Option<&'a RawValue>,
+    chat_template_kwargs: Option<Raw<'a>>,
     #[serde(borrow)]
-    add_generation_prompt: Option<&'a RawValue>,
+    add_generation_prompt: Option<Raw<'a>>,
     #[serde(borrow)]
-    system: Option<&'a RawValue>,
+    system: Option<Raw<'a>>,
     #[serde(borrow)]
-    instructions: Option<&'a RawValue>,
-}
-
-fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    <&RawValue>::deserialize(deserializer).map(Some)
+    instructions: Option<Raw<'a>>,
 }
 
 pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, RequestError> {
+    parse_with(endpoint, body, Reader::Scanner)
+}
+
+/// [`parse_request`] with serde reading the whole envelope: the reference
+/// its scanner is held to (unit tests, the `request` fuzz target).
+#[doc(hidden)]
+pub fn parse_request_by_serde(
+    endpoint: Endpoint,
+    body: &[u8],
+) -> Result<ParsedRequest, RequestError> {
+    parse_with(endpoint, body, Reader::Serde)
+}
+
+fn parse_with(
+    endpoint: Endpoint,
+    body: &[u8],
+    reader: Reader,
+) -> Result<ParsedRequest, RequestError> {
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => return Err(RequestError::Empty),
         Some(b'{') => {}
         Some(_) => return Err(RequestError::NotAnObject),
     }
-    let envelope: Envelope<'_> =
-        serde_json::from_slice(body).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
+    let envelope =
+        envelope::read(body, reader).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
 
     let raw_model = envelope.model.ok_or(RequestError::MissingModel)?;
-    let model: Cow<'_, str> =
-        serde_json::from_str(raw_model.get()).map_err(|_| RequestError::ModelNotString)?;
+    let model = string_value(raw_model).ok_or(RequestError::ModelNotString)?;
     if model.is_empty() {
         return Err(RequestError::EmptyModel);
     }
@@ -294,7 +276,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
 /// `endpoint` that [`parse_request`] read (`ParsedRequest::readable`).
 pub fn text_spans(endpoint: Endpoint, body: &[u8]) -> Option<TextSpans> {
     let parts: Parts<'_> = serde_json::from_slice(body).ok()?;
-    let span = |raw: Option<&RawValue>| {
+    let span = |raw: Option<Raw<'_>>| {
         raw.filter(|r| r.get() != "null")
             .and_then(|r| span_in(body, r.get()))
     };
@@ -360,7 +342,7 @@ pub fn parse_form_request(body: &[u8], boundary: &[u8]) -> Result<ParsedRequest,
 /// The splice that sets `stream_options.include_usage` when the client did
 /// not: `None` when it did, or when `stream_options` is not an object (the
 /// engine answers that one).
-fn usage_splice(body: &[u8], options: Option<&RawValue>) -> Option<Splice> {
+fn usage_splice(body: &[u8], options: Option<Raw<'_>>) -> Option<Splice> {
     const ASK: &str = r#"{"include_usage":true}"#;
     if let Some(null) = options.filter(|o| o.get() == "null") {
         return Some(Splice {
@@ -391,7 +373,7 @@ fn usage_splice(body: &[u8], options: Option<&RawValue>) -> Option<Splice> {
 }
 
 /// A prompt that is one list of token ids.
-fn read_token_ids(raw: &RawValue) -> Option<Vec<u32>> {
+fn read_token_ids(raw: Raw<'_>) -> Option<Vec<u32>> {
     raw.get()
         .starts_with('[')
         .then(|| serde_json::from_str::<Vec<u32>>(raw.get()).ok())
@@ -426,7 +408,7 @@ fn read_messages(turns: &[Turn<'_>], conversation: &mut Conversation) {
 
 /// A completions `prompt` or embeddings `input`: a string, a list of strings,
 /// a list of token ids, or a list of lists of token ids.
-fn read_prompt(raw: &RawValue, conversation: &mut Conversation) -> bool {
+fn read_prompt(raw: Raw<'_>, conversation: &mut Conversation) -> bool {
     match raw.get().as_bytes().first() {
         Some(b'"') => match string_value(raw) {
             Some(text) => {
@@ -440,7 +422,7 @@ fn read_prompt(raw: &RawValue, conversation: &mut Conversation) -> bool {
                 conversation.push_token_ids(&ids);
                 return true;
             }
-            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+            let Ok(items) = serde_json::from_str::<Vec<Raw<'_>>>(raw.get()) else {
                 return false;
             };
             for (i, item) in items.into_iter().enumerate() {

@@ -4,10 +4,9 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::content::read_content;
-use super::raw::string_value;
+use super::raw::{string_value, Raw};
 use super::Conversation;
 
 /// One input item; only what routing reads.
@@ -18,10 +17,10 @@ struct Item<'a> {
     #[serde(borrow)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
     /// A `function_call_output`'s result.
     #[serde(borrow)]
-    output: Option<&'a RawValue>,
+    output: Option<Raw<'a>>,
     #[serde(borrow)]
     call_id: Option<Cow<'a, str>>,
 }
@@ -31,8 +30,8 @@ struct Item<'a> {
 /// output as a `tool` turn, and other items (function calls, reasoning,
 /// references) by identity. False when `input` is neither.
 pub fn read(
-    instructions: Option<&RawValue>,
-    input: Option<&RawValue>,
+    instructions: Option<Raw<'_>>,
+    input: Option<Raw<'_>>,
     conversation: &mut Conversation,
 ) -> bool {
     let Some(input) = input else {
@@ -40,7 +39,7 @@ pub fn read(
     };
     let items = match input.get().as_bytes().first() {
         Some(b'"') => None,
-        Some(b'[') => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
+        Some(b'[') => match serde_json::from_str::<Vec<Raw<'_>>>(input.get()) {
             Ok(items) => Some(items),
             Err(_) => return false,
         },

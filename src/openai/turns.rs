@@ -7,14 +7,15 @@
 //! borrowed from the body as the parser meets it (decoded only when it has
 //! escapes). A list of another shape is still consumed, so the body stays
 //! valid and routes, but is marked unreadable, as a failed parse was.
+//! These are serde's readers; the envelope scanner (`scan.rs`) builds the
+//! same turns for the bodies it reads itself.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 
-use super::raw::string_value;
+use super::raw::{string_value, Raw};
 
 /// A visitor's answer to a `null`, a boolean or a number: `$value`, as
 /// for any value of a shape it does not read.
@@ -48,7 +49,7 @@ pub struct Turns<'a>(pub Option<Vec<Turn<'a>>>);
 pub struct Turn<'a> {
     pub role: Option<Cow<'a, str>>,
     pub content: Option<Content<'a>>,
-    pub tool_calls: Option<&'a RawValue>,
+    pub tool_calls: Option<Raw<'a>>,
     pub tool_call_id: Option<Cow<'a, str>>,
 }
 
@@ -58,7 +59,7 @@ pub enum Content<'a> {
     Text(Cow<'a, str>),
     /// A list: chat's parts or Messages' blocks, each kept raw (they are
     /// small, or images read only by identity).
-    List(Vec<&'a RawValue>),
+    List(Vec<Raw<'a>>),
     /// A number, a boolean or an object: nothing to read.
     Other,
 }
@@ -209,7 +210,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
             }
             fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(2));
-                while let Some(item) = seq.next_element::<&'a RawValue>()? {
+                while let Some(item) = seq.next_element::<Raw<'a>>()? {
                     items.push(item);
                 }
                 Ok(Content::List(items))
@@ -226,7 +227,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
 
 /// A `role` or `tool_call_id`: absent, `null` or a string; false for any
 /// other value. These are short, so they are captured raw and decoded.
-fn text<'a>(raw: Option<&'a RawValue>, into: &mut Option<Cow<'a, str>>) -> bool {
+pub(super) fn text<'a>(raw: Option<Raw<'a>>, into: &mut Option<Cow<'a, str>>) -> bool {
     match raw {
         None => true,
         Some(raw) => {
