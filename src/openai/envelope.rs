@@ -1,5 +1,6 @@
-//! The top-level fields of a request body that routing reads, found by the
-//! envelope scanner (`scan.rs`) when it can vouch for the body and by serde
+//! The top-level fields of a request body that routing reads: what serde
+//! reads them into, and what the envelope scanner (`scan.rs`) builds for the
+//! bodies it can vouch for. `request.rs` asks the scanner first and serde
 //! otherwise, so that every answer, errors included, is serde's.
 
 use serde::Deserialize;
@@ -34,25 +35,6 @@ pub struct Envelope<'a> {
     /// Present (even as `null`) or absent, as for `model`.
     #[serde(borrow, default, deserialize_with = "present")]
     pub stream_options: Option<Raw<'a>>,
-}
-
-/// Which parser reads the envelope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reader {
-    /// The scanner, and serde for what it declines: the gateway's.
-    Scanner,
-    /// serde alone: the reference the scanner is held to.
-    Serde,
-}
-
-/// The envelope of `body`, or serde's error.
-pub fn read(body: &[u8], reader: Reader) -> Result<Envelope<'_>, serde_json::Error> {
-    if reader == Reader::Scanner {
-        if let Some(envelope) = super::scan::envelope(body) {
-            return Ok(envelope);
-        }
-    }
-    serde_json::from_slice(body)
 }
 
 fn present<'de, D>(deserializer: D) -> Result<Option<Raw<'de>>, D::Error>

@@ -1,7 +1,7 @@
 //! Reading an OpenAI request body: the model, where it sits, and the routing text.
 //!
-//! The body is parsed once (`envelope.rs`: by the envelope scanner when it
-//! can vouch for the body, by serde otherwise): chat and Messages
+//! The body is parsed once (`read_envelope`: by the envelope scanner when
+//! it can vouch for the body, by serde otherwise): chat and Messages
 //! conversations are read in that pass, the other fields routing reads are
 //! borrowed as raw values and looked at more closely only as needed. `model` is kept as a
 //! byte span of the body so the gateway can splice in the upstream model
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::content::read_parts;
-use super::envelope::{self, Reader};
+use super::envelope::Envelope;
 use super::raw::{string_value, Raw};
 use super::turns::{Content, Turn, Turns};
 use super::{Conversation, Endpoint};
@@ -193,7 +193,7 @@ fn parse_with(
         Some(_) => return Err(RequestError::NotAnObject),
     }
     let envelope =
-        envelope::read(body, reader).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
+        read_envelope(body, reader).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
 
     let raw_model = envelope.model.ok_or(RequestError::MissingModel)?;
     let model = string_value(raw_model).ok_or(RequestError::ModelNotString)?;
@@ -270,6 +270,25 @@ fn parse_with(
             _ => None,
         },
     })
+}
+
+/// Which parser reads the envelope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    /// The scanner, and serde for what it declines: the gateway's.
+    Scanner,
+    /// serde alone: the reference the scanner is held to.
+    Serde,
+}
+
+/// The envelope of `body`, or serde's error.
+fn read_envelope(body: &[u8], reader: Reader) -> Result<Envelope<'_>, serde_json::Error> {
+    if reader == Reader::Scanner {
+        if let Some(envelope) = super::scan::envelope(body) {
+            return Ok(envelope);
+        }
+    }
+    serde_json::from_slice(body)
 }
 
 /// Where the parts a chat template reads sit in `body`, a request of
