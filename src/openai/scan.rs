@@ -98,8 +98,9 @@ struct Text<'a> {
 }
 
 impl<'a> Text<'a> {
-    fn inside(&self) -> &'a str {
-        &self.literal[1..self.literal.len() - 1]
+    /// The text, when it needs no decoding: what serde would read it as.
+    fn plain(&self) -> Option<&'a str> {
+        (!self.escaped).then(|| &self.literal[1..self.literal.len() - 1])
     }
 }
 
@@ -138,32 +139,19 @@ impl<'a> Scanner<'a> {
     /// The top-level object, whitespace before it included.
     fn envelope(&mut self) -> Option<Envelope<'a>> {
         self.whitespace();
-        self.eat(b'{')?;
         let mut envelope = Envelope::default();
         let mut seen = 0u16;
-        self.whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(envelope);
-        }
-        loop {
-            let key = self.key()?;
-            self.whitespace();
-            self.eat(b':')?;
-            self.whitespace();
-            match Field::of(key) {
-                None => self.skip(2)?,
-                Some(field) => {
-                    if seen & field as u16 != 0 {
-                        return None;
-                    }
-                    seen |= field as u16;
-                    self.field(field, &mut envelope)?;
-                }
+        self.object(|scanner, key| {
+            let Some(field) = Field::of(key.plain()?) else {
+                return scanner.skip(2);
+            };
+            if seen & field as u16 != 0 {
+                return None;
             }
-            if !self.next_member()? {
-                return Some(envelope);
-            }
-        }
+            seen |= field as u16;
+            scanner.field(field, &mut envelope)
+        })?;
+        Some(envelope)
     }
 
     fn field(&mut self, field: Field, envelope: &mut Envelope<'a>) -> Option<()> {
@@ -191,28 +179,57 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
-    /// After a member: `true` past a comma (another member follows), `false`
-    /// past the closing brace.
-    fn next_member(&mut self) -> Option<bool> {
+    /// An object: `member` reads each value, the scanner standing past its
+    /// key (handed over as met) and the colon.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, Text<'a>) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
         self.whitespace();
-        match self.peek()? {
-            b',' => {
-                self.at += 1;
-                self.whitespace();
-                Some(true)
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.whitespace();
+            self.eat(b':')?;
+            self.whitespace();
+            member(self, key)?;
+            self.whitespace();
+            match self.peek()? {
+                b',' => {
+                    self.at += 1;
+                    self.whitespace();
+                }
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
             }
-            b'}' => {
-                self.at += 1;
-                Some(false)
-            }
-            _ => None,
         }
     }
 
-    /// An object key serde decodes: declined when escaped.
-    fn key(&mut self) -> Option<&'a str> {
-        let text = self.string()?;
-        (!text.escaped).then(|| text.inside())
+    /// An array: `element` reads each element.
+    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        self.whitespace();
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            self.whitespace();
+            match self.peek()? {
+                b',' => {
+                    self.at += 1;
+                    self.whitespace();
+                }
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// `messages`, at nesting `depth`: `None` for `null`, as serde reads an
@@ -224,20 +241,14 @@ impl<'a> Scanner<'a> {
                 Some(None)
             }
             b'[' => {
-                self.at += 1;
                 let mut turns = Some(Vec::with_capacity(4));
-                self.whitespace();
-                if self.eat(b']').is_none() {
-                    loop {
-                        match (self.turn(depth + 1)?, turns.as_mut()) {
-                            (Some(turn), Some(turns)) => turns.push(turn),
-                            _ => turns = None,
-                        }
-                        if !self.next_element()? {
-                            break;
-                        }
+                self.array(|scanner| {
+                    match (scanner.turn(depth + 1)?, turns.as_mut()) {
+                        (Some(turn), Some(turns)) => turns.push(turn),
+                        _ => turns = None,
                     }
-                }
+                    Some(())
+                })?;
                 Some(Some(Turns(turns)))
             }
             _ => {
@@ -247,57 +258,21 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// After an element: `true` past a comma, `false` past the closing bracket.
-    fn next_element(&mut self) -> Option<bool> {
-        self.whitespace();
-        match self.peek()? {
-            b',' => {
-                self.at += 1;
-                self.whitespace();
-                Some(true)
-            }
-            b']' => {
-                self.at += 1;
-                Some(false)
-            }
-            _ => None,
-        }
-    }
-
     /// A value serde reads (not skips) only to find it is of a shape routing
     /// does not read: an object (keys decoded), a string, a boolean or
     /// `null`. Numbers and escaped strings are declined: serde's reading of
     /// them can fail where skipping does not.
     fn unread_scalar_or_object(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
-            b'{' => self.object_with_keys(depth),
-            b'"' => (!self.string()?.escaped).then_some(()),
+            b'{' if depth <= MAX_DEPTH => self.object(|scanner, key| {
+                key.plain()?;
+                scanner.skip(depth + 1)
+            }),
+            b'"' => self.string()?.plain().map(drop),
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
             b'n' => self.literal("null"),
             _ => None,
-        }
-    }
-
-    /// An object whose keys serde decodes and whose values it skips.
-    fn object_with_keys(&mut self, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.eat(b'{')?;
-        self.whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(());
-        }
-        loop {
-            self.key()?;
-            self.whitespace();
-            self.eat(b':')?;
-            self.whitespace();
-            self.skip(depth + 1)?;
-            if !self.next_member()? {
-                return Some(());
-            }
         }
     }
 
@@ -315,46 +290,32 @@ impl<'a> Scanner<'a> {
                 return Some(None);
             }
         }
-        self.at += 1;
         let mut turn = Turn::default();
         let mut readable = true;
         let mut seen = 0u8;
-        self.whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(Some(turn));
-        }
-        loop {
-            let key = self.key()?;
-            self.whitespace();
-            self.eat(b':')?;
-            self.whitespace();
-            match TurnField::of(key) {
-                None => self.skip(depth + 1)?,
-                Some(field) if seen & field as u8 != 0 => {
-                    // Given twice: serde would have refused the message.
-                    readable = false;
-                    self.skip(depth + 1)?;
-                }
-                Some(field) => {
-                    seen |= field as u8;
-                    match field {
-                        TurnField::Role => {
-                            readable &= text(non_null(self.raw(depth + 1)?), &mut turn.role)
-                        }
-                        TurnField::ToolCallId => {
-                            readable &= text(non_null(self.raw(depth + 1)?), &mut turn.tool_call_id)
-                        }
-                        TurnField::ToolCalls => {
-                            turn.tool_calls = non_null(self.raw(depth + 1)?);
-                        }
-                        TurnField::Content => turn.content = self.content(depth + 1)?,
-                    }
-                }
+        self.object(|scanner, key| {
+            let Some(field) = TurnField::of(key.plain()?) else {
+                return scanner.skip(depth + 1);
+            };
+            if seen & field as u8 != 0 {
+                // Given twice: serde would have refused the message.
+                readable = false;
+                return scanner.skip(depth + 1);
             }
-            if !self.next_member()? {
-                return Some(readable.then_some(turn));
+            seen |= field as u8;
+            match field {
+                TurnField::Role => {
+                    readable &= text(non_null(scanner.raw(depth + 1)?), &mut turn.role)
+                }
+                TurnField::ToolCallId => {
+                    readable &= text(non_null(scanner.raw(depth + 1)?), &mut turn.tool_call_id)
+                }
+                TurnField::ToolCalls => turn.tool_calls = non_null(scanner.raw(depth + 1)?),
+                TurnField::Content => turn.content = scanner.content(depth + 1)?,
             }
-        }
+            Some(())
+        })?;
+        Some(readable.then_some(turn))
     }
 
     /// A message's `content`, at nesting `depth`; `None` for `null`.
@@ -362,25 +323,18 @@ impl<'a> Scanner<'a> {
         match self.peek()? {
             b'"' => {
                 let text = self.string()?;
-                Some(Some(Content::Text(if text.escaped {
+                Some(Some(Content::Text(match text.plain() {
+                    Some(plain) => Cow::Borrowed(plain),
                     // serde decodes it; so does this, the same way.
-                    Cow::Owned(serde_json::from_str::<String>(text.literal).ok()?)
-                } else {
-                    Cow::Borrowed(text.inside())
+                    None => Cow::Owned(serde_json::from_str::<String>(text.literal).ok()?),
                 })))
             }
             b'[' => {
-                self.at += 1;
                 let mut parts = Vec::with_capacity(2);
-                self.whitespace();
-                if self.eat(b']').is_none() {
-                    loop {
-                        parts.push(self.raw(depth + 1)?);
-                        if !self.next_element()? {
-                            break;
-                        }
-                    }
-                }
+                self.array(|scanner| {
+                    parts.push(scanner.raw(depth + 1)?);
+                    Some(())
+                })?;
                 Some(Some(Content::List(parts)))
             }
             b'n' => {
@@ -409,36 +363,8 @@ impl<'a> Scanner<'a> {
         }
         match self.peek()? {
             b'"' => self.string().map(drop),
-            b'{' => {
-                self.at += 1;
-                self.whitespace();
-                if self.eat(b'}').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.string()?;
-                    self.whitespace();
-                    self.eat(b':')?;
-                    self.whitespace();
-                    self.skip(depth + 1)?;
-                    if !self.next_member()? {
-                        return Some(());
-                    }
-                }
-            }
-            b'[' => {
-                self.at += 1;
-                self.whitespace();
-                if self.eat(b']').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.skip(depth + 1)?;
-                    if !self.next_element()? {
-                        return Some(());
-                    }
-                }
-            }
+            b'{' => self.object(|scanner, _| scanner.skip(depth + 1)),
+            b'[' => self.array(|scanner| scanner.skip(depth + 1)),
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
             b'n' => self.literal("null"),
