@@ -1,6 +1,7 @@
 //! What an engine receives and sends on the wire, through the gateway's
 //! patched Pingora (patches/README.md): the request header and body in one
-//! segment, and a chunked stream read in small pieces arriving whole.
+//! segment, a chunked stream read in small pieces arriving whole, and a
+//! burst of events forwarded together.
 //!
 //! The engine here is a raw TCP server in a thread, so the test sees the
 //! bytes and the segments themselves (`TCP_INFO`), not what an HTTP library
@@ -256,6 +257,89 @@ async fn a_chunked_stream_read_in_pieces_that_split_chunk_heads_arrives_byte_exa
     let gateway = Gateway::start(&config(&url)).await;
     for _ in 0..2 {
         assert_streams_the_events(&gateway).await;
+        received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine got the request");
+    }
+}
+
+/// Events an engine sends in one burst (one write, one chunk each, the
+/// terminating chunk with them), as a busy engine's socket delivers them.
+const BURST_EVENTS: usize = 20;
+
+fn burst_event(i: usize) -> String {
+    format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\" tok{i}\"}}}}]}}\n\n")
+}
+
+fn burst_answer(stream: &mut TcpStream) {
+    let mut wire =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    for i in 0..BURST_EVENTS {
+        let event = burst_event(i);
+        wire.extend_from_slice(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    stream.write_all(&wire).unwrap();
+}
+
+/// Reads a chunked response off `stream` to its end; its header, and the
+/// payload of each chunk as the gateway framed it.
+fn read_chunked_response(stream: &mut TcpStream) -> (String, Vec<Vec<u8>>) {
+    let mut wire = Vec::new();
+    let mut piece = [0u8; 65536];
+    while !wire.ends_with(b"\r\n0\r\n\r\n") {
+        let n = stream.read(&mut piece).expect("the gateway's response");
+        assert!(n > 0, "the gateway closed mid-response: {:?}", String::from_utf8_lossy(&wire));
+        wire.extend_from_slice(&piece[..n]);
+    }
+    let at = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&wire[..at]).into_owned();
+    let mut chunks = Vec::new();
+    let mut rest = &wire[at..];
+    loop {
+        let line = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16).unwrap();
+        if size == 0 {
+            return (head, chunks);
+        }
+        chunks.push(rest[line + 2..line + 2 + size].to_vec());
+        assert_eq!(&rest[line + 2 + size..line + 4 + size], b"\r\n", "chunk end");
+        rest = &rest[line + 4 + size..];
+    }
+}
+
+/// The gateway forwards the events an engine's one write brought together
+/// (`pingora-core`'s `read_body_bytes`, patches/README.md), not as one
+/// downstream chunk and one write per event; the client's bytes are the
+/// engine's events, in order, whole.
+#[tokio::test]
+async fn a_burst_of_events_is_forwarded_together_byte_exact() {
+    let (url, received) = raw_engine(burst_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    let body = r#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(gateway.listen).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let expected: String = (0..BURST_EVENTS).map(burst_event).collect();
+    // Twice on one client connection: the second on a reused engine
+    // connection, whose first read starts at the body.
+    for round in 0..2 {
+        stream.write_all(request.as_bytes()).unwrap();
+        let (head, chunks) = read_chunked_response(&mut stream);
+        assert!(head.starts_with("HTTP/1.1 200"), "round {round}: {head}");
+        let joined: Vec<u8> = chunks.concat();
+        assert_eq!(String::from_utf8_lossy(&joined), expected, "round {round}");
+        // One write from the engine: the gateway's header read and its
+        // first body read take all of it (a read may end early, hence 3).
+        assert!(
+            chunks.len() <= 3,
+            "round {round}: {BURST_EVENTS} events forwarded in {} chunks",
+            chunks.len()
+        );
         received
             .recv_timeout(Duration::from_secs(10))
             .expect("the engine got the request");

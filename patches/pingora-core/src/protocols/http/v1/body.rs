@@ -688,32 +688,54 @@ impl BodyReader {
 
                         return Ok(Some(BufRef::new(0, payload_size)));
                     }
-                    let (buf_res, last_chunk_size_end) =
-                        self.parse_chunked_buf(existing_buf_start, existing_buf_end)?;
-                    if buf_res.is_some() {
-                        if let Some(idx) = last_chunk_size_end {
-                            // just read the last 0 + CRLF, but not final end CRLF
-                            // Split the rest of the buffer to the start in O(1) so trailers and
-                            // any following pipelined request remain in the same allocation.
-                            // `do_read_chunked_body_final` must not reset this buffer, see the
-                            // `existing_buf_end` handling there.
-                            let mut body_buf = self
-                                .body_buf
-                                .take()
-                                .expect("body buf exists once a chunk was parsed out of it");
-                            trace!(
-                                "last chunk size end buf {:?}",
-                                body_buf[..existing_buf_end].escape_ascii(),
-                            );
-                            body_buf.truncate(existing_buf_end);
-                            self.body_buf = Some(body_buf.split_off(idx));
-                        }
-                    }
-                    Ok(buf_res)
+                    self.parse_next_chunk(existing_buf_start, existing_buf_end)
                 }
             }
             _ => panic!("wrong body state: {:?}", self.body_state),
         }
+    }
+
+    /// The next chunk of `body_buf[start..end]`, parsed without I/O.
+    fn parse_next_chunk(&mut self, start: usize, end: usize) -> Result<Option<BufRef>> {
+        let (buf_res, last_chunk_size_end) = self.parse_chunked_buf(start, end)?;
+        if buf_res.is_some() {
+            if let Some(idx) = last_chunk_size_end {
+                // just read the last 0 + CRLF, but not final end CRLF
+                // Split the rest of the buffer to the start in O(1) so trailers and
+                // any following pipelined request remain in the same allocation.
+                // `do_read_chunked_body_final` must not reset this buffer, see the
+                // `existing_buf_end` handling there.
+                let mut body_buf = self
+                    .body_buf
+                    .take()
+                    .expect("body buf exists once a chunk was parsed out of it");
+                trace!(
+                    "last chunk size end buf {:?}",
+                    body_buf[..end].escape_ascii(),
+                );
+                body_buf.truncate(end);
+                self.body_buf = Some(body_buf.split_off(idx));
+            }
+        }
+        Ok(buf_res)
+    }
+
+    /// rolter: the next chunk when the bytes after the last one read are
+    /// already in the buffer (a read brought several chunks), parsed
+    /// without I/O; `None` when the next read has to wait for the stream
+    /// (or the body is over). A proxy joins what this returns to the chunk
+    /// it just read, so a burst of chunks costs one body task and one
+    /// downstream write rather than one each.
+    pub fn read_buffered_chunk(&mut self) -> Result<Option<BufRef>> {
+        match self.body_state {
+            PS::Chunked(_, start, end, 0) if start != 0 => self.parse_next_chunk(start, end),
+            _ => Ok(None),
+        }
+    }
+
+    /// rolter: whether [`Self::read_buffered_chunk`] has bytes to parse.
+    pub fn has_buffered_chunk(&self) -> bool {
+        matches!(self.body_state, PS::Chunked(_, start, _, 0) if start != 0)
     }
 
     // Returns: BufRef of next body chunk,

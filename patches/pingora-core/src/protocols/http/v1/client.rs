@@ -618,6 +618,11 @@ impl HttpSession {
     /// Return `Ok(Some(ref)) after a successful read.
     /// Return `Ok(None)` if there is no more body to read.
     pub async fn read_body_ref(&mut self) -> Result<Option<&[u8]>> {
+        let read = self.read_body_buf_ref().await?;
+        Ok(read.map(|body_ref| self.body_reader.get_body(&body_ref)))
+    }
+
+    async fn read_body_buf_ref(&mut self) -> Result<Option<BufRef>> {
         let result = match self.read_timeout {
             Some(t) => match timeout(t, self.do_read_body()).await {
                 Ok(res) => res,
@@ -625,20 +630,36 @@ impl HttpSession {
             },
             None => self.do_read_body().await,
         };
-
-        result.map(|maybe_body| {
-            maybe_body.map(|body_ref| {
-                let slice = self.body_reader.get_body(&body_ref);
-                self.body_recv = self.body_recv.saturating_add(slice.len());
-                slice
-            })
-        })
+        let body_ref = result?;
+        if let Some(body_ref) = &body_ref {
+            self.body_recv = self.body_recv.saturating_add(body_ref.len());
+        }
+        Ok(body_ref)
     }
 
     /// Similar to [`Self::read_body_ref`] but return `Bytes` instead of a slice reference.
+    ///
+    /// rolter: with every further chunk that the same read brought joined
+    /// to it, so that a burst of small chunks (an engine's SSE events)
+    /// becomes one body task for the proxy, not one task, one filter call
+    /// and one downstream write per chunk.
     pub async fn read_body_bytes(&mut self) -> Result<Option<Bytes>> {
-        let read = self.read_body_ref().await?;
-        Ok(read.map(Bytes::copy_from_slice))
+        let Some(first) = self.read_body_buf_ref().await? else {
+            return Ok(None);
+        };
+        let first = self.body_reader.get_body(&first);
+        if !self.body_reader.has_buffered_chunk() {
+            return Ok(Some(Bytes::copy_from_slice(first)));
+        }
+        // Each chunk is copied before the next is parsed: parsing the last
+        // one may move the buffer.
+        let mut joined = BytesMut::from(first);
+        while let Some(body_ref) = self.body_reader.read_buffered_chunk()? {
+            let chunk = self.body_reader.get_body(&body_ref);
+            self.body_recv = self.body_recv.saturating_add(chunk.len());
+            joined.extend_from_slice(chunk);
+        }
+        Ok(Some(joined.freeze()))
     }
 
     /// Upstream response body bytes received (payload only; excludes headers/framing).
