@@ -290,7 +290,11 @@ fn read_chunked_response(stream: &mut TcpStream) -> (String, Vec<Vec<u8>>) {
     let mut piece = [0u8; 65536];
     while !wire.ends_with(b"\r\n0\r\n\r\n") {
         let n = stream.read(&mut piece).expect("the gateway's response");
-        assert!(n > 0, "the gateway closed mid-response: {:?}", String::from_utf8_lossy(&wire));
+        assert!(
+            n > 0,
+            "the gateway closed mid-response: {:?}",
+            String::from_utf8_lossy(&wire)
+        );
         wire.extend_from_slice(&piece[..n]);
     }
     let at = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
@@ -304,7 +308,11 @@ fn read_chunked_response(stream: &mut TcpStream) -> (String, Vec<Vec<u8>>) {
             return (head, chunks);
         }
         chunks.push(rest[line + 2..line + 2 + size].to_vec());
-        assert_eq!(&rest[line + 2 + size..line + 4 + size], b"\r\n", "chunk end");
+        assert_eq!(
+            &rest[line + 2 + size..line + 4 + size],
+            b"\r\n",
+            "chunk end"
+        );
         rest = &rest[line + 4 + size..];
     }
 }
@@ -323,7 +331,9 @@ async fn a_burst_of_events_is_forwarded_together_byte_exact() {
         body.len()
     );
     let mut stream = TcpStream::connect(gateway.listen).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let expected: String = (0..BURST_EVENTS).map(burst_event).collect();
     // Twice on one client connection: the second on a reused engine
     // connection, whose first read starts at the body.
