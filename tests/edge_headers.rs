@@ -86,31 +86,12 @@ async fn raw_request(gateway: &Gateway, head: &str, body: &str) -> RawResponse {
         .get("transfer-encoding")
         .is_some_and(|v| v.contains("chunked"))
     {
-        body = dechunk(&body);
+        body = chunked::split(&body).concat();
     }
     RawResponse {
         status,
         headers,
         body,
-    }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size");
-        let size =
-            usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16)
-                .expect("hex chunk size");
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
     }
 }
 

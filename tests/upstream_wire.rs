@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use support::{client, provider, Gateway};
+use support::{chunked, client, provider, Gateway};
 
 /// One request as the raw engine read it, and the data segments its
 /// connection had received once the request was whole.
@@ -213,19 +213,9 @@ fn events() -> Vec<u8> {
 }
 
 fn chunked_events() -> Vec<u8> {
-    let mut wire = Vec::new();
-    for event in events()
-        .split_inclusive(|&b| b == b'\n')
-        .collect::<Vec<_>>()
-        .chunks(2)
-    {
-        let data: Vec<u8> = event.concat();
-        wire.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        wire.extend_from_slice(&data);
-        wire.extend_from_slice(b"\r\n");
-    }
-    wire.extend_from_slice(b"0\r\n\r\n");
-    wire
+    let events = events();
+    let lines: Vec<&[u8]> = events.split_inclusive(|&b| b == b'\n').collect();
+    chunked::encode(lines.chunks(2).map(|pair| pair.concat()))
 }
 
 /// Posts a streamed chat request and checks that the client receives
@@ -275,11 +265,7 @@ fn burst_answer(stream: &mut TcpStream) {
     let mut wire =
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             .to_vec();
-    for i in 0..BURST_EVENTS {
-        let event = burst_event(i);
-        wire.extend_from_slice(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
-    }
-    wire.extend_from_slice(b"0\r\n\r\n");
+    wire.extend(chunked::encode((0..BURST_EVENTS).map(burst_event)));
     stream.write_all(&wire).unwrap();
 }
 
@@ -299,22 +285,11 @@ fn read_chunked_response(stream: &mut TcpStream) -> (String, Vec<Vec<u8>>) {
     }
     let at = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     let head = String::from_utf8_lossy(&wire[..at]).into_owned();
-    let mut chunks = Vec::new();
-    let mut rest = &wire[at..];
-    loop {
-        let line = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16).unwrap();
-        if size == 0 {
-            return (head, chunks);
-        }
-        chunks.push(rest[line + 2..line + 2 + size].to_vec());
-        assert_eq!(
-            &rest[line + 2 + size..line + 4 + size],
-            b"\r\n",
-            "chunk end"
-        );
-        rest = &rest[line + 4 + size..];
-    }
+    let chunks = chunked::split(&wire[at..])
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    (head, chunks)
 }
 
 /// The gateway forwards the events an engine's one write brought together

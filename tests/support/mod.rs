@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod chunked;
 mod database;
 #[allow(unused_imports)] // only the tests with a control node use it
 pub use database::{TestDatabase, INTERNAL_TOKEN};
