@@ -57,6 +57,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use async_trait::async_trait;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
@@ -359,24 +361,40 @@ fn session(
 
 /// Resolves at `deadline` unless the header was read by then; never after.
 async fn header_deadline(deadline: Instant) {
-    tokio::time::sleep_until(deadline).await;
-    if HEADER_READ.try_with(Cell::get).unwrap_or(true) {
+    let header_read = || HEADER_READ.try_with(Cell::get).unwrap_or(true);
+    // The request's first poll usually reads its header (it was waiting in
+    // the socket): then no timer is armed, and none is taken down after.
+    if !header_read() {
+        tokio::time::sleep_until(deadline).await;
+    }
+    if header_read() {
         std::future::pending::<()>().await;
     }
 }
 
 /// Waits up to `keepalive` for the first byte of the next request.
 async fn next_request(stream: &mut Stream, keepalive: Duration, shutdown: &ShutdownWatch) -> Idle {
-    let mut shutdown = shutdown.clone();
+    let idle = |peeked: std::io::Result<Option<usize>>| match peeked {
+        Ok(Some(n)) if n > 0 => Idle::Request,
+        Ok(None) => Idle::NoPeek,
+        Ok(Some(_)) | Err(_) => Idle::Closed,
+    };
     // What has arrived is read and put back for Pingora's header read, so
     // the wait costs no system call of its own (a one-byte peek did, on
     // every request); the read either completes within one poll or reads
     // nothing, so dropping it at the timeout loses no data.
+    let mut peek = stream.try_peek_available(PEEK_BYTES);
+    // A busy client's next request is usually here already: no timer and
+    // no shutdown watch for it. The readiness a pending poll registers is
+    // kept by the runtime, so the wait below misses no event.
+    if let Some(peeked) = (&mut peek).now_or_never() {
+        return idle(peeked);
+    }
+    let mut shutdown = shutdown.clone();
     tokio::select! {
-        peeked = tokio::time::timeout(keepalive, stream.try_peek_available(PEEK_BYTES)) => match peeked {
-            Ok(Ok(Some(n))) if n > 0 => Idle::Request,
-            Ok(Ok(None)) => Idle::NoPeek,
-            Ok(Ok(Some(_)) | Err(_)) | Err(_) => Idle::Closed,
+        peeked = tokio::time::timeout(keepalive, peek) => match peeked {
+            Ok(peeked) => idle(peeked),
+            Err(_) => Idle::Closed,
         },
         // Idle connections close when the server stops, as in Pingora.
         _ = shutdown.wait_for(|stopping| *stopping) => Idle::Closed,

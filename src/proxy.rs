@@ -380,7 +380,9 @@ impl ProxyHttp for Gateway {
         let (Some(admitted), Some(attempt)) = (&ctx.admitted, ctx.attempt.as_mut()) else {
             return Ok(None);
         };
-        if attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty()) {
+        let first_in_this_piece =
+            attempt.first_byte.is_none() && body.as_ref().is_some_and(|b| !b.is_empty());
+        if first_in_this_piece {
             attempt.first_byte = Some(attempt.started.elapsed());
             if let Some(guard) = attempt.in_flight.as_mut() {
                 guard.first_byte();
@@ -418,6 +420,8 @@ impl ProxyHttp for Gateway {
             attempt.teaches = false;
             let sample = match attempt.first_byte {
                 Some(first) if attempt.streaming => first,
+                // A whole answer in one piece: its first byte was its last.
+                Some(first) if first_in_this_piece => first,
                 _ => attempt.started.elapsed(),
             };
             let ktokens = admitted.route_context(attempt.now_ms).prompt_ktokens();

@@ -35,7 +35,8 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
     };
     let route = Arc::clone(&admitted.route);
     let preferred = admitted.preferred;
-    let now_ms = crate::clock::now_ms();
+    let started = Instant::now();
+    let now_ms = crate::clock::ms_at(started);
     let loads: SmallVec<[u64; 16]> = route
         .targets
         .iter()
@@ -85,7 +86,7 @@ pub fn dispatch(state: &GatewayState, ctx: &mut RequestCtx, may_queue: bool) -> 
         let peer = target.peer();
         let attempt = Attempt {
             target: index,
-            started: Instant::now(),
+            started,
             now_ms,
             queue_depth: loads[index],
             in_flight: Some(in_flight),

@@ -6,9 +6,10 @@
 //! metric exemplar unescaped. Anything else is replaced, as is an absent id.
 //! A generated id is 32 lowercase hex digits (128 bits), the shape of nginx's
 //! `$request_id`: XXH3-128 over a per-process random key (from the standard
-//! library's randomly seeded `RandomState`), a process-wide counter and the
-//! clock, so ids never repeat within a process and are not guessable across
-//! processes. They identify; they are not secrets.
+//! library's randomly seeded `RandomState`) and a process-wide counter, so
+//! ids never repeat within a process and are not guessable across processes
+//! (each has its own key; no clock is read for them). They identify; they
+//! are not secrets.
 //!
 //! The id is worked out once, in `request_filter`, and kept in the request's
 //! context: the upstream request, the gateway's own responses
@@ -21,7 +22,6 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{HeaderName, HeaderValue};
 use pingora::proxy::Session;
@@ -60,13 +60,7 @@ pub fn generate() -> HeaderValue {
         hasher.finish()
     });
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut input = [0u8; 24];
-    input[..8].copy_from_slice(&count.to_le_bytes());
-    input[8..].copy_from_slice(&nanos.to_le_bytes());
-    let digest = xxhash_rust::xxh3::xxh3_128_with_seed(&input, key);
+    let digest = xxhash_rust::xxh3::xxh3_128_with_seed(&count.to_le_bytes(), key);
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = [0u8; 32];
     for (i, byte) in digest.to_be_bytes().iter().enumerate() {
