@@ -363,6 +363,20 @@ impl BodyReader {
         buf_ref.get(self.body_buf.as_ref().unwrap())
     }
 
+    /// rolter patch: the bytes `buf_ref` names, split off the body buffer
+    /// instead of copied, when they start it and fill at least half of the
+    /// room it had for them (so a piece pins at most twice its size). The
+    /// next read goes into what room is left, or into a new buffer. `None`
+    /// when the piece does not qualify: the caller copies it as before.
+    pub fn take_body(&mut self, buf_ref: &BufRef) -> Option<Bytes> {
+        let body_buf = self.body_buf.as_mut()?;
+        let len = buf_ref.len();
+        if buf_ref.0 != 0 || len > body_buf.len() || len * 2 < body_buf.capacity() {
+            return None;
+        }
+        Some(body_buf.split_to(len).freeze())
+    }
+
     #[allow(dead_code)]
     pub fn get_body_overread(&self) -> Option<&[u8]> {
         self.body_buf_overread.as_deref()

@@ -42,6 +42,10 @@ use crate::protocols::http::{
 use crate::protocols::{Digest, SocketAddr, Stream};
 use crate::utils::{BufRef, KVRef};
 
+/// rolter patch: the least of a request body's read that is handed over
+/// rather than copied (`take_sized_body`).
+const TAKE_BODY_MIN: usize = 16 * 1024;
+
 /// Tracks which writer is currently processing a task.
 ///
 /// This enables resuming writes after cancellation. Each variant stores the
@@ -595,7 +599,10 @@ impl HttpSession {
     pub async fn read_body_bytes(&mut self) -> Result<Option<Bytes>> {
         let read = self.read_body().await?;
         Ok(read.map(|b| {
-            let bytes = Bytes::copy_from_slice(self.get_body(&b));
+            let bytes = match self.take_sized_body(&b) {
+                Some(bytes) => bytes,
+                None => Bytes::copy_from_slice(self.get_body(&b)),
+            };
             self.body_bytes_read += bytes.len();
             if let Some(buffer) = self.retry_buffer.as_mut() {
                 buffer.write_to_buffer(&bytes);
@@ -1181,6 +1188,18 @@ impl HttpSession {
                 b.get_buffer()
             }
         })
+    }
+
+    /// rolter patch: a large read of a `Content-Length` body handed over
+    /// as the buffer it was read into, not copied out of it (a caller that
+    /// gathers the whole body copied each piece twice). Small pieces are
+    /// still copied: a piece handed over keeps its buffer alive, and a
+    /// small body would keep the request header's read buffer.
+    fn take_sized_body(&mut self, buf_ref: &BufRef) -> Option<Bytes> {
+        if buf_ref.len() < TAKE_BODY_MIN || self.was_upgraded() || self.is_chunked_encoding() {
+            return None;
+        }
+        self.body_reader.take_body(buf_ref)
     }
 
     fn get_body(&self, buf_ref: &BufRef) -> &[u8] {
