@@ -1,7 +1,8 @@
 //! What an engine receives and sends on the wire, through the gateway's
 //! patched Pingora (patches/README.md): the request header and body in one
-//! segment, a chunked stream read in small pieces arriving whole, and a
-//! burst of events forwarded together.
+//! segment, a chunked stream read in small pieces arriving whole, a burst
+//! of events forwarded together, and a large request body read in uneven
+//! pieces arriving whole.
 //!
 //! The engine here is a raw TCP server in a thread, so the test sees the
 //! bytes and the segments themselves (`TCP_INFO`), not what an HTTP library
@@ -292,6 +293,14 @@ fn read_chunked_response(stream: &mut TcpStream) -> (String, Vec<Vec<u8>>) {
     (head, chunks)
 }
 
+/// A request as a client writes it.
+fn chat_request(body: &str) -> String {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// The gateway forwards the events an engine's one write brought together
 /// (`pingora-core`'s `read_body_bytes`, patches/README.md), not as one
 /// downstream chunk and one write per event; the client's bytes are the
@@ -301,10 +310,7 @@ async fn a_burst_of_events_is_forwarded_together_byte_exact() {
     let (url, received) = raw_engine(burst_answer);
     let gateway = Gateway::start(&config(&url)).await;
     let body = r#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let request = chat_request(body);
     let mut stream = TcpStream::connect(gateway.listen).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -527,14 +533,6 @@ async fn headers_past_the_room_made_for_the_gateways_cross_whole_in_their_case_b
     }
 }
 
-/// A request as a client writes it.
-fn chat_request(body: &str) -> String {
-    format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
 /// A large body arrives in pieces of every size, from 1 KB to past the
 /// body reader's 64 KiB, the last ending mid-read; then a second request
 /// on the same connection. The engine gets both bodies byte-exact. Large
@@ -544,11 +542,7 @@ fn chat_request(body: &str) -> String {
 async fn a_large_body_read_in_uneven_pieces_arrives_byte_exact_and_the_connection_serves_on() {
     let (url, received) = raw_engine(json_answer);
     let gateway = Gateway::start(&config(&url)).await;
-    let address = gateway
-        .url("")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
+    let address = gateway.listen;
     // Every word differs: a piece lost, repeated or overwritten shows.
     let content: String = (0..120_000).map(|i| format!("w{i} ")).collect();
     let large =
@@ -560,7 +554,7 @@ async fn a_large_body_read_in_uneven_pieces_arrives_byte_exact_and_the_connectio
     let first = chat_request(&large).into_bytes();
     let second = chat_request(&small).into_bytes();
     let client = thread::spawn(move || {
-        let mut stream = TcpStream::connect(&address).unwrap();
+        let mut stream = TcpStream::connect(address).unwrap();
         stream.set_nodelay(true).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
