@@ -47,9 +47,15 @@
 //! first byte happens inside Pingora's read), the idle wait is Pingora's
 //! per-read keep-alive timeout and the header deadline starts with the
 //! idle wait: `keepalive_timeout + header_read_timeout` from the previous
-//! response. rolter does not enable HTTP/1.1 pipelining, so no bytes of a
-//! next request are ever held over from the previous one (Pingora refuses to
-//! reuse such a connection).
+//! response.
+//!
+//! HTTP/1.1 pipelining (RFC 9112 §9.3.2) is on, as in nginx: a client may
+//! send its next requests before the answer to the first, and they are
+//! answered in order. Bytes of the next request read with the previous one
+//! (in the same read as its body, or while its answer was being proxied)
+//! travel to the next session in Pingora's persistent settings; the wait
+//! for the next request's first byte is then skipped, since the client may
+//! have sent all of it already and be waiting for answers.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -278,7 +284,14 @@ where
             };
             let settings;
             (stream, settings) = reused.consume();
+            let begun = settings
+                .as_ref()
+                .is_some_and(HttpPersistentSettings::has_pipelined_prefix);
             next = NextRequest::After(settings);
+            if begun {
+                deadline = Instant::now() + policy.header_read_timeout;
+                continue;
+            }
             deadline = match next_request(&mut stream, policy.keepalive_timeout, shutdown).await {
                 Idle::Request => Instant::now() + policy.header_read_timeout,
                 Idle::NoPeek => {
@@ -343,6 +356,8 @@ fn session(
         NextRequest::First => {
             // Pingora's wait per read; the deadline bounds the header as a whole.
             session.set_keepalive(Some(pingora_secs(policy.header_read_timeout)));
+            // Carried to the connection's later sessions by their settings.
+            session.set_pipelining_enabled(true);
             session.set_keepalive_reuses_remaining(if *shutdown.borrow() {
                 Some(0)
             } else {

@@ -273,6 +273,8 @@ struct RawResponse {
     status: u16,
     /// `Connection` header, lowercased ("" when absent).
     connection: String,
+    /// The body, its chunked framing (if any) removed.
+    body: Vec<u8>,
 }
 
 /// Sends `GET /v1/models` (served by the gateway itself, with a
@@ -311,11 +313,17 @@ async fn read_response(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
             .find(|(key, _)| key.trim().eq_ignore_ascii_case(name))
             .map(|(_, value)| value.trim().to_ascii_lowercase())
     };
-    let length: usize = header("content-length")
-        .and_then(|v| v.parse().ok())
-        .expect("a Content-Length");
+    let chunked = header("transfer-encoding").is_some_and(|v| v == "chunked");
+    let length: Option<usize> = header("content-length").and_then(|v| v.parse().ok());
+    assert!(chunked || length.is_some(), "a framed body: {head}");
+    // The body is all there: its length is reached, or the last chunk (no
+    // trailers are sent) ends it.
+    let whole = |body: &[u8]| match length {
+        Some(length) => body.len() >= length,
+        None => body.ends_with(b"0\r\n\r\n"),
+    };
     let mut body = buf[header_end..].to_vec();
-    while body.len() < length {
+    while !whole(&body) {
         let mut chunk = [0u8; 4096];
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
@@ -323,9 +331,13 @@ async fn read_response(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
         }
         body.extend_from_slice(&chunk[..n]);
     }
+    if chunked {
+        body = chunked::split(&body).concat();
+    }
     Ok(RawResponse {
         status,
         connection: header("connection").unwrap_or_default(),
+        body,
     })
 }
 
@@ -449,6 +461,87 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
     let metrics = gateway.metrics().await;
     assert!(
         metrics.contains(r#"rolter_client_connections_closed_total{reason="header_timeout"} 3"#),
+        "{metrics}"
+    );
+}
+
+/// A chat request to the route `chat` as raw HTTP/1.1, marked with an
+/// `X-Order` header the engine echoes back.
+fn raw_chat(order: u32) -> Vec<u8> {
+    let body = chat_body("chat", &format!("request {order}")).to_string();
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: rolter.test\r\nX-Order: {order}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The `X-Order` a chat answer's engine received.
+fn order_of(response: &RawResponse) -> String {
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+    let answer: Value = serde_json::from_slice(&response.body).expect("a JSON answer");
+    answer["fake"]["received_headers"]["x-order"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no x-order reached the engine: {answer}"))
+        .to_string()
+}
+
+/// Reads the next response on `stream`, failing the test if none comes.
+async fn next_response(stream: &mut TcpStream) -> RawResponse {
+    tokio::time::timeout(PROMPTLY, read_response(stream))
+        .await
+        .expect("a response in time")
+        .expect("a response")
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    // An engine slow enough that a request sent after the first one's body
+    // arrives while the first is still at the engine.
+    let engine = FakeEngine::start("e", &["--ttft-ms", "300"]);
+    let gateway = edge_gateway(&engine, "").await;
+
+    // Every request in one write: the gateway reads the second and third
+    // with the first's body, and answers them in order.
+    let mut stream = TcpStream::connect(gateway.listen).await.unwrap();
+    let mut burst = raw_chat(1);
+    burst.extend_from_slice(b"GET /v1/models HTTP/1.1\r\nHost: rolter.test\r\n\r\n");
+    burst.extend(raw_chat(2));
+    stream.write_all(&burst).await.unwrap();
+    assert_eq!(order_of(&next_response(&mut stream).await), "1");
+    let models = next_response(&mut stream).await;
+    assert_eq!(models.status, 200);
+    assert!(
+        String::from_utf8_lossy(&models.body).contains("\"chat\""),
+        "not the model list"
+    );
+    let third = next_response(&mut stream).await;
+    assert_eq!(order_of(&third), "2");
+    assert_eq!(third.connection, "keep-alive");
+
+    // The next request sent while the first waits for its engine: the
+    // gateway reads its first bytes then and must not take them for a
+    // client going away (this request was logged 499 and the connection
+    // closed).
+    let mut stream = TcpStream::connect(gateway.listen).await.unwrap();
+    stream.write_all(&raw_chat(3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(&raw_chat(4)).await.unwrap();
+    assert_eq!(order_of(&next_response(&mut stream).await), "3");
+    assert_eq!(order_of(&next_response(&mut stream).await), "4");
+    // And the connection serves on.
+    assert_eq!(get_models(&mut stream).await.unwrap().status, 200);
+
+    assert_eq!(engine.chat_requests().await, 4);
+    let metrics = gateway.metrics().await;
+    assert_eq!(
+        sum_series(&metrics, "rolter_requests_total", "status=\"499\""),
+        0,
         "{metrics}"
     );
 }

@@ -148,6 +148,16 @@ impl HttpPersistentSettings {
         self.pipelined_prefix = Some(prefix);
     }
 
+    /// rolter patch: whether the next request has begun already (bytes of
+    /// it were read with the previous one). A caller that waits for the
+    /// next request's first byte before starting its session must not wait
+    /// then: the client may have sent all of it.
+    pub fn has_pipelined_prefix(&self) -> bool {
+        self.pipelined_prefix
+            .as_ref()
+            .is_some_and(|prefix| !prefix.is_empty())
+    }
+
     pub fn apply_to_session(self, session: &mut ServerSession) {
         let Self {
             keepalive_timeout,
