@@ -468,7 +468,11 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
 /// A chat request to the route `chat` as raw HTTP/1.1, marked with an
 /// `X-Order` header the engine echoes back.
 fn raw_chat(order: u32) -> Vec<u8> {
-    let body = chat_body("chat", &format!("request {order}")).to_string();
+    raw_chat_body(order, chat_body("chat", &format!("request {order}")))
+}
+
+fn raw_chat_body(order: u32, body: Value) -> Vec<u8> {
+    let body = body.to_string();
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: rolter.test\r\nX-Order: {order}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
@@ -502,8 +506,8 @@ async fn next_response(stream: &mut TcpStream) -> RawResponse {
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     // An engine slow enough that a request sent after the first one's body
-    // arrives while the first is still at the engine.
-    let engine = FakeEngine::start("e", &["--ttft-ms", "300"]);
+    // arrives while the first is still at the engine, or still streaming.
+    let engine = FakeEngine::start("e", &["--ttft-ms", "300", "--token-delay-ms", "100"]);
     let gateway = edge_gateway(&engine, "").await;
 
     // Every request in one write: the gateway reads the second and third
@@ -537,7 +541,23 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     // And the connection serves on.
     assert_eq!(get_models(&mut stream).await.unwrap().status, 200);
 
-    assert_eq!(engine.chat_requests().await, 4);
+    // Sent while the first one's events flow (the first token at 300 ms,
+    // the rest 100 ms apart): the stream ends whole, then the next answer.
+    let mut stream = TcpStream::connect(gateway.listen).await.unwrap();
+    let mut events = chat_body("chat", "request 5");
+    events["stream"] = json!(true);
+    stream.write_all(&raw_chat_body(5, events)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    stream.write_all(&raw_chat(6)).await.unwrap();
+    let streamed = next_response(&mut stream).await;
+    assert_eq!(streamed.status, 200);
+    let text = String::from_utf8_lossy(&streamed.body);
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    // The role's event, then one per token of `max_tokens = 4`.
+    assert_eq!(text.matches("\"content\"").count(), 5, "{text}");
+    assert_eq!(order_of(&next_response(&mut stream).await), "6");
+
+    assert_eq!(engine.chat_requests().await, 6);
     let metrics = gateway.metrics().await;
     assert_eq!(
         sum_series(&metrics, "rolter_requests_total", "status=\"499\""),
