@@ -289,7 +289,17 @@ async fn get_models(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
 }
 
 async fn read_response(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
-    let mut buf = Vec::new();
+    read_response_after(stream, &mut Vec::new()).await
+}
+
+/// Reads the next response, `carry` holding what was read past the one
+/// before (responses to pipelined requests may share a read); what is
+/// read past this one is left in `carry`.
+async fn read_response_after(
+    stream: &mut TcpStream,
+    carry: &mut Vec<u8>,
+) -> std::io::Result<RawResponse> {
+    let mut buf = std::mem::take(carry);
     let header_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break at + 4;
@@ -316,21 +326,23 @@ async fn read_response(stream: &mut TcpStream) -> std::io::Result<RawResponse> {
     let chunked = header("transfer-encoding").is_some_and(|v| v == "chunked");
     let length: Option<usize> = header("content-length").and_then(|v| v.parse().ok());
     assert!(chunked || length.is_some(), "a framed body: {head}");
-    // The body is all there: its length is reached, or the last chunk (no
-    // trailers are sent) ends it.
-    let whole = |body: &[u8]| match length {
-        Some(length) => body.len() >= length,
-        None => body.ends_with(b"0\r\n\r\n"),
-    };
-    let mut body = buf[header_end..].to_vec();
-    while !whole(&body) {
+    let mut body = buf.split_off(header_end);
+    let end = loop {
+        let end = match length {
+            Some(length) => (body.len() >= length).then_some(length),
+            None => chunked_end(&body),
+        };
+        if let Some(end) = end {
+            break end;
+        }
         let mut chunk = [0u8; 4096];
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         body.extend_from_slice(&chunk[..n]);
-    }
+    };
+    *carry = body.split_off(end);
     if chunked {
         body = chunked::split(&body).concat();
     }
@@ -465,6 +477,25 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
     );
 }
 
+/// Where a chunked body at the start of `body` ends (its last chunk, no
+/// trailers), once all of it has arrived.
+fn chunked_end(body: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        let line = body.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&body[at..at + line]).ok()?.trim();
+        let size = usize::from_str_radix(size, 16).expect("a hex chunk size");
+        at += line + 2;
+        if size == 0 {
+            return (body.len() >= at + 2).then_some(at + 2);
+        }
+        at += size + 2;
+        if at > body.len() {
+            return None;
+        }
+    }
+}
+
 /// A chat request to the route `chat` as raw HTTP/1.1, marked with an
 /// `X-Order` header the engine echoes back.
 fn raw_chat(order: u32) -> Vec<u8> {
@@ -496,8 +527,8 @@ fn order_of(response: &RawResponse) -> String {
 }
 
 /// Reads the next response on `stream`, failing the test if none comes.
-async fn next_response(stream: &mut TcpStream) -> RawResponse {
-    tokio::time::timeout(PROMPTLY, read_response(stream))
+async fn next_response(stream: &mut TcpStream, carry: &mut Vec<u8>) -> RawResponse {
+    tokio::time::timeout(PROMPTLY, read_response_after(stream, carry))
         .await
         .expect("a response in time")
         .expect("a response")
@@ -513,18 +544,20 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     // Every request in one write: the gateway reads the second and third
     // with the first's body, and answers them in order.
     let mut stream = TcpStream::connect(gateway.listen).await.unwrap();
+    // What was read past the response before (answers may share a read).
+    let mut carry = Vec::new();
     let mut burst = raw_chat(1);
     burst.extend_from_slice(b"GET /v1/models HTTP/1.1\r\nHost: rolter.test\r\n\r\n");
     burst.extend(raw_chat(2));
     stream.write_all(&burst).await.unwrap();
-    assert_eq!(order_of(&next_response(&mut stream).await), "1");
-    let models = next_response(&mut stream).await;
+    assert_eq!(order_of(&next_response(&mut stream, &mut carry).await), "1");
+    let models = next_response(&mut stream, &mut carry).await;
     assert_eq!(models.status, 200);
     assert!(
         String::from_utf8_lossy(&models.body).contains("\"chat\""),
         "not the model list"
     );
-    let third = next_response(&mut stream).await;
+    let third = next_response(&mut stream, &mut carry).await;
     assert_eq!(order_of(&third), "2");
     assert_eq!(third.connection, "keep-alive");
 
@@ -533,12 +566,14 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     // client going away (this request was logged 499 and the connection
     // closed).
     let mut stream = TcpStream::connect(gateway.listen).await.unwrap();
+    assert!(carry.is_empty(), "bytes past the third answer");
     stream.write_all(&raw_chat(3)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     stream.write_all(&raw_chat(4)).await.unwrap();
-    assert_eq!(order_of(&next_response(&mut stream).await), "3");
-    assert_eq!(order_of(&next_response(&mut stream).await), "4");
+    assert_eq!(order_of(&next_response(&mut stream, &mut carry).await), "3");
+    assert_eq!(order_of(&next_response(&mut stream, &mut carry).await), "4");
     // And the connection serves on.
+    assert!(carry.is_empty(), "bytes past the fourth answer");
     assert_eq!(get_models(&mut stream).await.unwrap().status, 200);
 
     // Sent while the first one's events flow (the first token at 300 ms,
@@ -549,13 +584,14 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     stream.write_all(&raw_chat_body(5, events)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
     stream.write_all(&raw_chat(6)).await.unwrap();
-    let streamed = next_response(&mut stream).await;
+    let streamed = next_response(&mut stream, &mut carry).await;
     assert_eq!(streamed.status, 200);
     let text = String::from_utf8_lossy(&streamed.body);
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     // The role's event, then one per token of `max_tokens = 4`.
     assert_eq!(text.matches("\"content\"").count(), 5, "{text}");
-    assert_eq!(order_of(&next_response(&mut stream).await), "6");
+    assert_eq!(order_of(&next_response(&mut stream, &mut carry).await), "6");
+    assert!(carry.is_empty(), "bytes past the last answer");
 
     assert_eq!(engine.chat_requests().await, 6);
     let metrics = gateway.metrics().await;
