@@ -190,7 +190,9 @@ def start_fake_llm(
     rolter: Path, work: Path, processes: Processes, cpus: list[int], name: str, token_delay_ms: int
 ) -> Engine:
     """`rolter fake-llm` with no time to first token and no prefill cost, one
-    runtime thread (it shares its core with the load generator)."""
+    runtime thread (it shares its core with the load generator), and a
+    context long enough for the 4 MiB prompts (~700 k of its tokens) to be
+    answered rather than refused as over `max_model_len`."""
     stdout = work / f"{name}.out"
     process = processes.spawn(
         name,
@@ -199,6 +201,7 @@ def start_fake_llm(
             [
                 str(rolter), "fake-llm", "--listen", "127.0.0.1:0", "--name", name,
                 "--ttft-ms", "0", "--prefill-us-per-token", "0",
+                "--max-model-len", "16777216",
                 "--token-delay-ms", str(token_delay_ms), "--threads", "1",
             ],
         ),

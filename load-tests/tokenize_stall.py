@@ -182,7 +182,9 @@ def main(argv: list[str]) -> int:
         # No simulated prefill: a 4 MiB prompt is ~1M tokens, 50 s at the
         # engine's default 50 us each; the gateway is what is measured.
         engines = start_engines(rolter, work, processes, count=1, token_delay_ms=0,
-                                extra_args=("--prefill-us-per-token", "0"))
+                                extra_args=("--prefill-us-per-token", "0",
+                                            # 4 MiB prompts are answered, not refused.
+                                            "--max-model-len", "16777216"))
         gateway = Gateway(rolter, work, processes, token, grace_period_s=1)
         gateway.write_pingora_yaml()
         write_config(gateway, engines[0][1], Path(args.tokenizer).resolve())

@@ -181,7 +181,8 @@ fn large_chat_body(model: &str, size: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn large_bodies_forward_byte_exact() {
-    let engine = FakeEngine::start("e", &[]);
+    // A context long enough for the 4 MiB prompt (~420 k of its tokens).
+    let engine = FakeEngine::start("e", &["--max-model-len", "1048576"]);
     let config = format!(
         "{}[[routes]]\nmodel = \"same\"\ntargets = [{{ provider = \"e\" }}]\n\n[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"e\", model = \"Qwen/Qwen3-8B\" }}]\n",
         provider("e", &engine.url())
@@ -240,7 +241,8 @@ async fn assert_engine_receives(gateway: &Gateway, body: Vec<u8>, expected: &[u8
 
 #[tokio::test]
 async fn large_body_survives_failover() {
-    let good = FakeEngine::start("good", &[]);
+    // A context long enough for the 2 MiB prompt (~210 k of its tokens).
+    let good = FakeEngine::start("good", &["--max-model-len", "1048576"]);
     let config = format!(
         "{}{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"dead\" }}, {{ provider = \"good\" }}]\n",
         provider("dead", &format!("http://127.0.0.1:{}", free_port())),

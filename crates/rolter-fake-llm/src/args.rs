@@ -7,6 +7,9 @@ use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
 /// vLLM's `max_model_len`: a larger `max_tokens` is a 400, not an allocation
 /// the process cannot survive.
 pub const MAX_OUTPUT_TOKENS: u32 = 131_072;
+/// `--max-model-len` by default: a common context length of today's
+/// models (Llama 3.1, Qwen3 with YaRN).
+pub const DEFAULT_MAX_MODEL_LEN: u64 = 131_072;
 
 /// Tokens per KV-cache block unless `--block-size` says otherwise (vLLM's
 /// default).
@@ -77,6 +80,17 @@ pub struct FakeLlmArgs {
         value_parser = RangedI64ValueParser::<u32>::new().range(1..=i64::from(MAX_OUTPUT_TOKENS))
     )]
     pub max_tokens: u32,
+
+    /// The longest sequence, prompt and output together, in tokens (vLLM's
+    /// `--max-model-len`). A longer request gets vLLM's 400; `/v1/models`
+    /// and `/tokenize` report it.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_MODEL_LEN,
+        value_parser = RangedU64ValueParser::<u64>::new().range(1..=(1 << 32))
+    )]
+    pub max_model_len: u64,
 
     /// Answer every request with this HTTP status and an OpenAI-style error body.
     #[arg(
@@ -226,6 +240,7 @@ impl Default for FakeLlmArgs {
             queue_ttft_ms: 0,
             token_delay_ms: 0,
             max_tokens: 16,
+            max_model_len: DEFAULT_MAX_MODEL_LEN,
             fail_status: None,
             fail_delay_ms: 0,
             hang: false,

@@ -18,7 +18,6 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::answer::Answer;
-use super::args::MAX_OUTPUT_TOKENS;
 use super::control::{KvControl, Mode};
 use super::disagg;
 use super::error::{not_routed, ApiError};
@@ -237,6 +236,10 @@ async fn generate(
         }
     };
     if let Err(error) = engine.check_model(&request.model) {
+        guard.complete();
+        return error.into_response();
+    }
+    if let Err(error) = request.check_context(engine.max_model_len) {
         guard.complete();
         return error.into_response();
     }
@@ -487,7 +490,7 @@ fn tokenize(engine: &Engine, body: &[u8]) -> Response {
     }
     Json(json!({
         "count": request.tokens.len(),
-        "max_model_len": MAX_OUTPUT_TOKENS,
+        "max_model_len": engine.max_model_len,
         "tokens": request.tokens,
         "token_strs": null,
     }))
@@ -547,7 +550,7 @@ fn models(engine: &Engine) -> Value {
                 "owned_by": "vllm",
                 "root": model,
                 "parent": null,
-                "max_model_len": MAX_OUTPUT_TOKENS,
+                "max_model_len": engine.max_model_len,
                 "permission": [],
             })
         })

@@ -106,6 +106,8 @@ struct Engine {
     models: Vec<String>,
     /// Output length for requests without `max_tokens`.
     default_tokens: u32,
+    /// `--max-model-len`: prompt and output together, in tokens.
+    max_model_len: u64,
     /// The mode given on the command line, restored by `{"reset": true}`.
     startup: Mode,
     mode: ArcSwap<Mode>,
@@ -149,6 +151,7 @@ impl Engine {
             name_header,
             models: args.model.clone(),
             default_tokens: args.max_tokens.clamp(1, MAX_OUTPUT_TOKENS),
+            max_model_len: args.max_model_len,
             mode: ArcSwap::from_pointee(startup.clone()),
             startup,
             stats: Arc::new(Stats::default()),

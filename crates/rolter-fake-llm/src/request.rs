@@ -349,6 +349,37 @@ pub(crate) fn parse_tokenize(
     Ok(TokenizeRequest { model, tokens })
 }
 
+impl GenerationRequest {
+    /// vLLM's 400 for a request longer than the model's context
+    /// (`--max-model-len`): a prompt that fills it, or a prompt and an
+    /// explicit output limit that together exceed it. Without a limit vLLM
+    /// generates up to the context's end, so only the prompt counts.
+    pub(crate) fn check_context(&self, max_model_len: u64) -> Result<(), ApiError> {
+        let explicit_limit = self.finish_reason == "length";
+        let output = u64::from(self.output_tokens);
+        for prompt in &self.prompts {
+            let input = prompt.len() as u64;
+            if input >= max_model_len {
+                return Err(ApiError::bad_request(
+                    None,
+                    format!(
+                        "This model's maximum context length is {max_model_len} tokens. However, your request has {input} input tokens. Please reduce the length of the input messages."
+                    ),
+                ));
+            }
+            if explicit_limit && input + output > max_model_len {
+                return Err(ApiError::bad_request(
+                    None,
+                    format!(
+                        "'max_tokens' or 'max_completion_tokens' is too large: {output}. This model's maximum context length is {max_model_len} tokens and your request has {input} input tokens ({output} > {max_model_len} - {input})."
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn output_limit(field: &'static str, value: &Value) -> Result<u32, ApiError> {
     let Some(limit) = value.as_u64() else {
         return Err(ApiError::bad_request(
@@ -443,6 +474,42 @@ mod tests {
                 prompts: vec![expected_prompt],
             })
         );
+    }
+
+    #[test]
+    fn a_request_longer_than_the_context_is_refused_as_vllm_refuses_it() {
+        let request = |prompt_len: usize, output_tokens: u32, explicit: bool| GenerationRequest {
+            kind: GenerationKind::Completion,
+            model: "m".into(),
+            stream: false,
+            include_usage: false,
+            output_tokens,
+            finish_reason: if explicit { "length" } else { "stop" },
+            prompts: vec![vec![1; 3], vec![7; prompt_len]],
+        };
+        // vLLM's own edge: one token short of the context, plus one, fits.
+        assert!(request(99, 1, true).check_context(100).is_ok());
+        // Every prompt of a completion counts, not only the first.
+        let full = request(100, 1, true).check_context(100).unwrap_err();
+        assert_eq!(full.status, StatusCode::BAD_REQUEST);
+        assert!(
+            full.message.contains(
+                "maximum context length is 100 tokens. However, your request has 100 input tokens"
+            ),
+            "{}",
+            full.message
+        );
+        let over = request(90, 20, true).check_context(100).unwrap_err();
+        assert!(
+            over.message
+                .contains("'max_tokens' or 'max_completion_tokens' is too large: 20")
+                && over.message.contains("(20 > 100 - 90)"),
+            "{}",
+            over.message
+        );
+        // The engine's default output length is not the client's limit.
+        assert!(request(90, 20, false).check_context(100).is_ok());
+        assert!(request(100, 20, false).check_context(100).is_err());
     }
 
     #[test]

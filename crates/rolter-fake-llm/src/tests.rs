@@ -579,10 +579,65 @@ async fn models_health_and_metrics_answer_like_vllm() {
 }
 
 #[tokio::test]
+async fn a_request_longer_than_the_context_gets_vllms_400_at_once() {
+    // The default prefill rate would take 35 s over this prompt: the
+    // refusal comes before any of it.
+    let engine = TestEngine::start(FakeLlmArgs {
+        max_model_len: 1000,
+        ..FakeLlmArgs::default()
+    })
+    .await;
+    let models: Value = engine.get_json("/v1/models").await;
+    assert_eq!(models["data"][0]["max_model_len"], 1000);
+    let long = "word ".repeat(700_000);
+    let started = Instant::now();
+    let response = engine
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": [{"role": "user", "content": long}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("a JSON error");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("This model's maximum context length is 1000 tokens."),
+        "{error}"
+    );
+    assert_eq!(error["error"]["type"], "BadRequestError");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A prompt that fits with room for its explicit limit is answered.
+    let fits = engine
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        )
+        .await;
+    assert_eq!(fits.status(), 200);
+    // An explicit limit past the context's end is the other refusal.
+    let too_many = engine
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 999}),
+        )
+        .await;
+    assert_eq!(too_many.status(), 400);
+    let error: Value = too_many.json().await.expect("a JSON error");
+    assert!(
+        error["error"]["message"].as_str().is_some_and(
+            |m| m.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 999.")
+        ),
+        "{error}"
+    );
+}
+
+#[tokio::test]
 async fn multi_mebibyte_body_arrives_whole() {
-    // 300,000 tokens: no prefill time, or the client gives up.
+    // 300,000 tokens: no prefill time, or the client gives up, and a
+    // context that holds them.
     let engine = TestEngine::start(FakeLlmArgs {
         prefill_us_per_token: 0,
+        max_model_len: 1 << 20,
         ..FakeLlmArgs::default()
     })
     .await;
