@@ -3,9 +3,9 @@
 use crate::disagg::{PdProtocol, PdRole};
 use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
 
-/// The longest output (in tokens) the fake engine agrees to generate, like
-/// vLLM's `max_model_len`: a larger `max_tokens` is a 400, not an allocation
-/// the process cannot survive.
+/// The largest `max_tokens` the fake engine accepts at all: a larger one is
+/// a 400, not an allocation the process cannot survive. Whether prompt and
+/// output fit the context is `--max-model-len`'s check.
 pub const MAX_OUTPUT_TOKENS: u32 = 131_072;
 /// `--max-model-len` by default: a common context length of today's
 /// models (Llama 3.1, Qwen3 with YaRN).
