@@ -330,7 +330,7 @@ async fn read_response_after(
     let end = loop {
         let end = match length {
             Some(length) => (body.len() >= length).then_some(length),
-            None => chunked_end(&body),
+            None => chunked::end(&body),
         };
         if let Some(end) = end {
             break end;
@@ -475,25 +475,6 @@ async fn a_client_that_sends_half_its_header_is_cut_at_header_read_timeout() {
         metrics.contains(r#"rolter_client_connections_closed_total{reason="header_timeout"} 3"#),
         "{metrics}"
     );
-}
-
-/// Where a chunked body at the start of `body` ends (its last chunk, no
-/// trailers), once all of it has arrived.
-fn chunked_end(body: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    loop {
-        let line = body.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-        let size = std::str::from_utf8(&body[at..at + line]).ok()?.trim();
-        let size = usize::from_str_radix(size, 16).expect("a hex chunk size");
-        at += line + 2;
-        if size == 0 {
-            return (body.len() >= at + 2).then_some(at + 2);
-        }
-        at += size + 2;
-        if at > body.len() {
-            return None;
-        }
-    }
 }
 
 /// A chat request to the route `chat` as raw HTTP/1.1, marked with an
