@@ -5,7 +5,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps demo test bench bench-gateway profile-gateway fuzz ui ui-test
+.PHONY: deps demo test release bench bench-gateway profile-gateway fuzz ui ui-test
 
 # cmake builds zlib-ng for Pingora; curl drives the TLS and HTTP/2 tests;
 # redis-server (its own, on a free port) backs the fleet-wide limit tests;
@@ -56,6 +56,14 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	scripts/fuzz-smoke
 
+# The binary to deploy and to measure, target/pgo/rolter: a release build
+# optimized by the profile of a training run (scripts/build-release, two
+# release builds, ~20 min). llvm-profdata comes with the toolchain's
+# llvm-tools component, or from Debian's llvm package of rustc's LLVM.
+release: deps
+	@scripts/build-release --find-profdata >/dev/null || rustup component add llvm-tools || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq llvm-$$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'); }
+	scripts/build-release
+
 # Criterion benchmarks of the balancer, of routing tokenization, and of flow
 # control and engine-reported load, and of tracing off and on (stop by
 # themselves, ~4 minutes).
@@ -66,8 +74,9 @@ bench:
 	$(CARGO) bench --locked -p rolter --bench traces
 
 # The gateway side by side with nginx, a bare Pingora passthrough and the
-# engine direct, on the same pinned cores (load-tests/compare.py; ~22 min,
-# BENCH_ARGS=--quick for a 3-minute smoke run): one table in
+# engine direct, on the same pinned cores (load-tests/compare.py, ~22 min
+# after `make release`'s build; BENCH_ARGS=--quick for a 3-minute smoke
+# run), measuring the profile-guided binary that is deployed: one table in
 # load-tests/results/compare-<time>.md. A measurement, so not part of `make
 # test`. Debian's nginx package may start a system nginx on port 80; the
 # benchmark runs its own on free ports. The saturation rows drive the
@@ -76,19 +85,20 @@ bench:
 bench-gateway: deps
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
 	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
-	$(CARGO) build --release --locked
+	$(MAKE) --no-print-directory release
 	$(CARGO) build --release --locked --manifest-path load-tests/bench-servers/Cargo.toml --target-dir target/bench-servers
-	ROLTER_BENCH_COMMAND='make bench-gateway$(if $(BENCH_ARGS), BENCH_ARGS="$(BENCH_ARGS)")' python3 load-tests/compare.py $(BENCH_ARGS)
+	ROLTER_BENCH_COMMAND='make bench-gateway$(if $(BENCH_ARGS), BENCH_ARGS="$(BENCH_ARGS)")' python3 load-tests/compare.py --rolter target/pgo/rolter $(BENCH_ARGS)
 
 # Where rolter's CPU goes next to nginx's, under the same workloads (perf
 # call stacks, syscall counts), and its heap per open stream (valgrind
-# massif): load-tests/results/profile-<time>.md, ~6 min.
+# massif): load-tests/results/profile-<time>.md, ~6 min after `make
+# release`. The call stacks are the deployed, profile-guided binary's.
 profile-gateway: deps
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx-light; }
 	@command -v perf >/dev/null && command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq linux-perf valgrind; }
-	$(CARGO) build --release --locked
+	$(MAKE) --no-print-directory release
 	$(CARGO) build --release --locked --features heap-profile --bin rolter --target-dir target/heap-profile
-	python3 load-tests/gateway_profile.py
+	python3 load-tests/gateway_profile.py --rolter target/pgo/rolter
 
 # The fuzz smoke test alone (cargo-fuzz on stable; see the script's header).
 fuzz:

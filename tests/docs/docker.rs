@@ -295,6 +295,10 @@ fn dockerfile_runs_unprivileged_with_health_check_and_drain_signal() {
         stages[1].contains("cmake"),
         "the build stage installs cmake for Pingora"
     );
+    assert!(
+        stages[1].contains("scripts/build-release") && stages[1].contains("target/pgo/rolter"),
+        "the image ships the profile-guided build that `make release` makes"
+    );
     let runtime = stages.last().unwrap();
     assert!(
         runtime.starts_with("debian:"),
