@@ -161,7 +161,10 @@ def config(work: Path, listen: int, admin: int, engines: list[tuple[str, str]]) 
 def train(rolter: Path, profiles: Path | None, seconds: float, work: Path, processes: Processes) -> int:
     # The engines' profiles are not the gateway's: written apart, then dropped.
     os.environ["LLVM_PROFILE_FILE"] = str(work / "engine-%p.profraw")
-    engines = start_engines(rolter, work, processes, 2, 0, ("--ttft-ms", "0", "--prefill-us-per-token", "0", "--max-model-len", "1048576"))
+    engines = start_engines(
+        rolter, work, processes, 2, 0,
+        ("--ttft-ms", "0", "--prefill-us-per-token", "0", "--max-model-len", "1048576"),
+    )
     listen, admin = free_port(), free_port()
     yaml = work / "pingora.yaml"
     yaml.write_text(
@@ -180,7 +183,8 @@ def train(rolter: Path, profiles: Path | None, seconds: float, work: Path, proce
         stop_signal=signal.SIGINT,  # Pingora's fast shutdown; the profile is written at exit
         stop_wait_s=30,
     )
-    if not wait_until(60, lambda: http("GET", f"http://127.0.0.1:{admin}/readyz")[0] == 200 or not gateway.alive()):
+    ready = wait_until(60, lambda: http("GET", f"http://127.0.0.1:{admin}/readyz")[0] == 200 or not gateway.alive())
+    if not ready or not gateway.alive():
         raise SetupError("the gateway did not become ready:\n" + "\n".join(gateway.log_tail(30)))
 
     tally = Tally()
