@@ -92,6 +92,22 @@ fn model(map: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
+/// vLLM's 400 for a chat request without its `messages` list, a required
+/// field of its request model.
+fn chat_messages(map: &Map<String, Value>) -> Result<(), ApiError> {
+    match present(map, "messages") {
+        Some(Value::Array(_)) => Ok(()),
+        None => Err(ApiError::bad_request(
+            Some("messages"),
+            "Field `messages` is required.",
+        )),
+        Some(_) => Err(ApiError::bad_request(
+            Some("messages"),
+            "Field `messages` must be a list.",
+        )),
+    }
+}
+
 /// A boolean field, `None` when absent or not a boolean.
 fn flag_or_none(map: &Map<String, Value>, field: &str) -> Option<bool> {
     present(map, field).and_then(Value::as_bool)
@@ -123,6 +139,9 @@ pub(crate) fn parse_generation(
 ) -> Result<GenerationRequest, ApiError> {
     let map = parse_object(body)?;
     let model = model(&map)?;
+    if kind == GenerationKind::Chat {
+        chat_messages(&map)?;
+    }
     let stream = flag(&map, "stream")?;
     let include_usage = match present(&map, "stream_options") {
         None => false,
@@ -474,6 +493,43 @@ mod tests {
                 prompts: vec![expected_prompt],
             })
         );
+    }
+
+    #[test]
+    fn a_chat_request_without_a_messages_list_is_refused_as_vllm_refuses_it() {
+        for (body, message) in [
+            (&br#"{"model":"m"}"#[..], "Field `messages` is required."),
+            (
+                br#"{"model":"m","messages":null}"#,
+                "Field `messages` is required.",
+            ),
+            (
+                br#"{"model":"m","messages":"hi"}"#,
+                "Field `messages` must be a list.",
+            ),
+        ] {
+            let refused = parse_generation(GenerationKind::Chat, body, 16, &Tokenizer::Simulated)
+                .unwrap_err();
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+            assert_eq!(refused.message, message);
+            assert_eq!(refused.param, Some("messages"));
+        }
+        // A list passes (its contents are the template's to judge), and a
+        // completion has no `messages` to require.
+        assert!(parse_generation(
+            GenerationKind::Chat,
+            br#"{"model":"m","messages":[]}"#,
+            16,
+            &Tokenizer::Simulated
+        )
+        .is_ok());
+        assert!(parse_generation(
+            GenerationKind::Completion,
+            br#"{"model":"m","prompt":"hi"}"#,
+            16,
+            &Tokenizer::Simulated
+        )
+        .is_ok());
     }
 
     #[test]
