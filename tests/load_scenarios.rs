@@ -7,14 +7,15 @@
 //! without it these tests fail and say so, they never skip.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const ROLTER: &str = env!("CARGO_BIN_EXE_rolter");
-const REPO: &str = env!("CARGO_MANIFEST_DIR");
+mod support;
+
+use support::script::{run_load_test, Finished};
+use support::ROLTER;
+
 /// run.py's exit status when it finds no k6.
 const EXIT_NO_K6: i32 = 3;
 /// A short scenario takes about 30 s; this bounds a stuck one.
@@ -60,40 +61,12 @@ impl Outcome {
 /// its outcome once it exited 0; fails with its output otherwise.
 fn run_scenario(args: &[&str]) -> Outcome {
     let _lock = lock_scenarios();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out_path = dir.path().join("stdout");
-    let err_path = dir.path().join("stderr");
-    let mut child = Command::new("python3")
-        .arg(Path::new(REPO).join("load-tests/run.py"))
-        .args(["--rolter", ROLTER])
-        .args(args)
-        .current_dir(REPO)
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).expect("stdout file"))
-        .stderr(File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run python3 (run `make deps`): {e}"));
-    let deadline = Instant::now() + SCENARIO_LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for run.py") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            // run.py's children die with it (PR_SET_PDEATHSIG).
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let read = |path: &Path| {
-        let mut text = String::new();
-        File::open(path)
-            .and_then(|mut f| f.read_to_string(&mut text))
-            .expect("read run.py output");
-        text
-    };
-    let (stdout, stderr) = (read(&out_path), read(&err_path));
+    let rolter_and_args = ["--rolter", ROLTER].iter().chain(args);
+    let Finished {
+        status,
+        stdout,
+        stderr,
+    } = run_load_test("run.py", rolter_and_args, SCENARIO_LIMIT);
     let Some(status) = status else {
         panic!("run.py {args:?} still running after {SCENARIO_LIMIT:?}:\n{stdout}\n{stderr}");
     };

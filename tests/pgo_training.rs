@@ -6,14 +6,13 @@
 //! nothing else would notice. The debug build is not instrumented, so the
 //! run must also refuse to report a profile it did not get.
 
-use std::fs::File;
-use std::io::Read;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const ROLTER: &str = env!("CARGO_BIN_EXE_rolter");
-const REPO: &str = env!("CARGO_MANIFEST_DIR");
+mod support;
+
+use support::script::{run_load_test, Finished};
+use support::ROLTER;
+
 /// pgo_train.py's exit status on a setup error (here: no profile written).
 const EXIT_SETUP: i32 = 2;
 const TRAFFIC_SECONDS: &str = "5";
@@ -23,46 +22,23 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 #[test]
 fn the_training_mix_gets_the_answers_it_expects_and_a_missing_profile_fails_the_run() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let out_path = dir.path().join("stdout");
-    let err_path = dir.path().join("stderr");
     let profiles = dir.path().join("profiles");
-    let mut child = Command::new("python3")
-        .arg(Path::new(REPO).join("load-tests/pgo_train.py"))
-        .args([
-            "--rolter",
-            ROLTER,
-            "--seconds",
-            TRAFFIC_SECONDS,
-            "--profiles",
-        ])
-        .arg(&profiles)
-        .current_dir(REPO)
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).expect("stdout file"))
-        .stderr(File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
-    let deadline = Instant::now() + RUN_LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for pgo_train.py") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            // Its engines and gateway die with it (PR_SET_PDEATHSIG).
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let read = |path: &Path| {
-        let mut text = String::new();
-        File::open(path)
-            .and_then(|mut f| f.read_to_string(&mut text))
-            .expect("read pgo_train.py's output");
-        text
-    };
-    let (stdout, stderr) = (read(&out_path), read(&err_path));
+    let Finished {
+        status,
+        stdout,
+        stderr,
+    } = run_load_test(
+        "pgo_train.py",
+        [
+            "--rolter".as_ref(),
+            ROLTER.as_ref(),
+            "--seconds".as_ref(),
+            TRAFFIC_SECONDS.as_ref(),
+            "--profiles".as_ref(),
+            profiles.as_os_str(),
+        ],
+        RUN_LIMIT,
+    );
     let status =
         status.unwrap_or_else(|| panic!("still running after {RUN_LIMIT:?}:\n{stdout}\n{stderr}"));
 

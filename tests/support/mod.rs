@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 pub mod chunked;
 mod database;
+pub mod script;
 #[allow(unused_imports)] // only the tests with a control node use it
 pub use database::{TestDatabase, INTERNAL_TOKEN};
 
