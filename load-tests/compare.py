@@ -303,10 +303,10 @@ def run(args: argparse.Namespace, start: float) -> int:
     if not set(client_cpus + proxy_cpus) <= available or set(client_cpus) & set(proxy_cpus):
         raise SetupError(f"--proxy-cpus and --client-cpus must be disjoint cores of {sorted(available)}")
     os.sched_setaffinity(0, client_cpus)
-    # The profile-guided build (`make release`) is the one deployed; the
-    # plain release build is the fallback.
-    built = [REPO / "target/pgo/rolter", REPO / "target/release/rolter"]
-    rolter = find_rolter(args.rolter or next((str(b) for b in built if b.is_file()), None))
+    # `make release`'s profile-guided build is the one deployed; without it
+    # find_rolter takes the plain release build, then the debug one.
+    pgo = REPO / "target/pgo/rolter"
+    rolter = find_rolter(args.rolter or (str(pgo) if pgo.is_file() else None))
     if "release" not in str(rolter) and "pgo" not in str(rolter):
         print(f"warning: {rolter} is not a release build; figures will not be representative", file=sys.stderr)
     k6 = find_k6(args.k6)

@@ -36,6 +36,7 @@ import time
 from http.client import HTTPConnection, HTTPException
 from pathlib import Path
 
+from compare_targets import pingora_yaml
 from fleet import REPO, Processes, SetupError, free_port, http, start_engines, wait_until
 
 CLIENTS = 8
@@ -167,11 +168,7 @@ def train(rolter: Path, profiles: Path | None, seconds: float, work: Path, proce
     )
     listen, admin = free_port(), free_port()
     yaml = work / "pingora.yaml"
-    yaml.write_text(
-        "---\nversion: 1\nthreads: 2\nwork_stealing: false\n"
-        f"pid_file: {work / 'pingora.pid'}\nupgrade_sock: {work / 'upgrade.sock'}\n"
-        "grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 2\n"
-    )
+    yaml.write_text(pingora_yaml(work, threads=2))
     env = dict(os.environ, PGO_TRAINING_KEY=KEY, RUST_LOG="warn")
     if profiles is not None:
         env["LLVM_PROFILE_FILE"] = str(profiles / "gateway-%p-%m.profraw")
