@@ -9,6 +9,8 @@ mod conversation;
 mod envelope;
 mod form;
 mod messages;
+mod plain_run;
+mod prescan;
 mod raw;
 mod request;
 mod responses;
@@ -19,9 +21,10 @@ pub mod usage;
 
 pub use conversation::Conversation;
 pub use form::form_boundary;
+pub use prescan::{Prescan, Prescanned};
 pub use request::{
-    parse_form_request, parse_request, parse_request_by_serde, text_spans, ModelLiteral,
-    ParsedRequest, RequestError, Splice, TextSpans,
+    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, text_spans,
+    ModelLiteral, ParsedRequest, RequestError, Splice, TextSpans,
 };
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 

@@ -220,6 +220,92 @@ async fn large_bodies_forward_byte_exact() {
     }
 }
 
+#[tokio::test]
+async fn a_body_read_as_it_arrives_routes_as_one_read_whole() {
+    // A JSON body of declared length, in many reads, is prescanned as it
+    // arrives; a chunked one is read whole first. Hashed on the
+    // conversation's digest, each lands where its text sends it: the same
+    // engine both ways, if both read the same conversation.
+    let (a, b, c) = (
+        FakeEngine::start("a", &["--max-model-len", "1048576"]),
+        FakeEngine::start("b", &["--max-model-len", "1048576"]),
+        FakeEngine::start("c", &["--max-model-len", "1048576"]),
+    );
+    let gateway = Gateway::start(&three_engine_route(&a, &b, &c, "consistent_hash")).await;
+    let http = client();
+    let mut engines = std::collections::HashSet::new();
+    for i in 0..8 {
+        // Escapes, multi-byte characters and plain runs, some of them
+        // split between reads.
+        let line = format!(
+            "turn {i}: caf\u{e9} \u{1F600} \"quoted\"\n\t{}\n",
+            "x".repeat(97 * i)
+        );
+        let body = serde_json::to_vec(&json!({
+            "model": "chat",
+            "max_tokens": 1,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": line.repeat(800)},
+            ],
+        }))
+        .unwrap();
+        let expected = String::from_utf8(body.clone()).unwrap().replacen(
+            r#""model":"chat""#,
+            r#""model":"Qwen/Qwen3-8B""#,
+            1,
+        );
+        let mut served = Vec::new();
+        for chunked in [false, true] {
+            let request = http
+                .post(gateway.url("/v1/chat/completions"))
+                .header("content-type", "application/json");
+            let request = if chunked {
+                let pieces: Vec<Result<Vec<u8>, std::io::Error>> =
+                    body.chunks(40_000).map(|p| Ok(p.to_vec())).collect();
+                request.body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                    pieces,
+                )))
+            } else {
+                request.body(body.clone())
+            };
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200, "body {i}, chunked {chunked}");
+            assert_eq!(
+                response.headers()["x-fake-body-sha256"],
+                sha256_hex(expected.as_bytes()).as_str(),
+                "body {i}, chunked {chunked}"
+            );
+            served.push(served_by(&response));
+        }
+        assert_eq!(served[0], served[1], "body {i} read two ways went two ways");
+        engines.insert(served[0].clone());
+    }
+    assert!(
+        engines.len() >= 2,
+        "eight conversations all hashed to {engines:?}"
+    );
+
+    // Invalid UTF-8 far into a large body is refused as a body in one
+    // piece is, and reaches no engine.
+    let before = a.chat_requests().await + b.chat_requests().await + c.chat_requests().await;
+    let mut broken = large_chat_body("chat", 512 * 1024);
+    let at = broken.len() - 1000;
+    broken[at] = 0xff;
+    let response = gateway.post_chat_bytes(broken).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{error}"
+    );
+    let after = a.chat_requests().await + b.chat_requests().await + c.chat_requests().await;
+    assert_eq!(after, before);
+}
+
 /// Posts `body` as a chat completion and asserts the engine got exactly
 /// `expected` (its length and digest, as the fake engine reports them).
 async fn assert_engine_receives(gateway: &Gateway, body: Vec<u8>, expected: &[u8], size: usize) {

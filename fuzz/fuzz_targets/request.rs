@@ -3,7 +3,8 @@
 //!
 //! Beyond "never panics", the answer must be the one serde alone gives
 //! (`parse_request_by_serde`: the envelope scanner declines what it cannot
-//! read the same way), and every `Ok` must keep the promises the gateway
+//! read the same way), also when the body was prescanned in pieces as it
+//! arrived (`Prescan`), and every `Ok` must keep the promises the gateway
 //! builds on:
 //! - `model_span` lies in the body and covers a JSON string literal that
 //!   decodes to `model` (the proxy splices the upstream model in there);
@@ -25,8 +26,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rolter::openai::{
-    parse_form_request, parse_request, parse_request_by_serde, Endpoint, ParsedRequest,
-    RequestError, ROUTABLE_ENDPOINTS,
+    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, Endpoint,
+    ParsedRequest, Prescan, RequestError, ROUTABLE_ENDPOINTS,
 };
 use rolter_balancer::{bound_prompt, RouteContext};
 use serde_json::Value;
@@ -74,6 +75,24 @@ fuzz_target!(|data: &[u8]| {
         parse_request_by_serde(endpoint, body),
         "the scanner and serde disagree"
     );
+    // And so it does on a body prescanned as it arrived, in pieces whose
+    // size the selector picks (the gateway's path for a large body).
+    let cut = 1 + usize::from(selector / 16) * 7;
+    let mut prescan = Prescan::with_pieces(body.len(), &[]);
+    for piece in body.chunks(cut) {
+        prescan.push(piece);
+    }
+    match prescan.finish() {
+        Ok(prescanned) => assert_eq!(
+            parse_prescanned(endpoint, &prescanned),
+            result,
+            "the prescanned scan and the scan disagree"
+        ),
+        Err(whole) => {
+            assert_eq!(&whole[..], body, "the prescan changed the body");
+            assert!(std::str::from_utf8(body).is_err(), "valid UTF-8 refused by the prescan");
+        }
+    }
     match result {
         Ok(parsed) => {
             check_model_span(body, &parsed);

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::content::read_parts;
 use super::envelope::Envelope;
+use super::prescan::Prescanned;
 use super::raw::{string_value, Raw};
 use super::turns::{Content, Turn, Turns};
 use super::{Conversation, Endpoint};
@@ -172,6 +173,17 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, R
     parse_with(endpoint, body, Reader::Scanner)
 }
 
+/// [`parse_request`] of a body read as it arrived ([`Prescan`]): the same
+/// answer, without redoing what the prescan did.
+///
+/// [`Prescan`]: super::Prescan
+pub fn parse_prescanned(
+    endpoint: Endpoint,
+    body: &Prescanned,
+) -> Result<ParsedRequest, RequestError> {
+    parse_with(endpoint, body.body(), Reader::Prescanned(body))
+}
+
 /// [`parse_request`] with serde reading the whole envelope: the reference
 /// its scanner is held to (unit tests, the `request` fuzz target).
 #[doc(hidden)]
@@ -182,10 +194,10 @@ pub fn parse_request_by_serde(
     parse_with(endpoint, body, Reader::Serde)
 }
 
-fn parse_with(
+fn parse_with<'a>(
     endpoint: Endpoint,
-    body: &[u8],
-    reader: Reader,
+    body: &'a [u8],
+    reader: Reader<'a>,
 ) -> Result<ParsedRequest, RequestError> {
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => return Err(RequestError::Empty),
@@ -273,22 +285,31 @@ fn parse_with(
 }
 
 /// Which parser reads the envelope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reader {
+#[derive(Clone, Copy, Debug)]
+enum Reader<'a> {
     /// The scanner, and serde for what it declines: the gateway's.
     Scanner,
+    /// The scanner on the prescan of the body, and serde for what it
+    /// declines.
+    Prescanned(&'a Prescanned),
     /// serde alone: the reference the scanner is held to.
     Serde,
 }
 
 /// The envelope of `body`, or serde's error.
-fn read_envelope(body: &[u8], reader: Reader) -> Result<Envelope<'_>, serde_json::Error> {
-    if reader == Reader::Scanner {
-        if let Some(envelope) = super::scan::envelope(body) {
-            return Ok(envelope);
-        }
+fn read_envelope<'a>(
+    body: &'a [u8],
+    reader: Reader<'a>,
+) -> Result<Envelope<'a>, serde_json::Error> {
+    let scanned = match reader {
+        Reader::Scanner => super::scan::envelope(body),
+        Reader::Prescanned(prescanned) => super::scan::envelope_prescanned(prescanned),
+        Reader::Serde => None,
+    };
+    match scanned {
+        Some(envelope) => Ok(envelope),
+        None => serde_json::from_slice(body),
     }
-    serde_json::from_slice(body)
 }
 
 /// Where the parts a chat template reads sit in `body`, a request of

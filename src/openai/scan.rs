@@ -18,11 +18,14 @@
 //! in place of a list); an escaped string or any number where serde reads
 //! the value itself rather than skipping it (a message, `messages`, a
 //! message's `content` given as a scalar), except a `content` string,
-//! which it decodes with serde.
+//! which it decodes itself, as serde does (an unpaired surrogate escape is
+//! left to serde).
 
 use std::borrow::Cow;
 
 use super::envelope::Envelope;
+use super::plain_run::plain_run;
+use super::prescan::Prescanned;
 use super::raw::Raw;
 use super::turns::{text, Content, Turn, Turns};
 
@@ -35,10 +38,23 @@ pub fn envelope(body: &[u8]) -> Option<Envelope<'_>> {
     // (chosen at run time); `std`'s check took a third of a large prompt's
     // scan.
     let text = simdutf8::basic::from_utf8(body).ok()?;
-    let mut scanner = Scanner { text, at: 0 };
-    let envelope = scanner.envelope()?;
-    scanner.whitespace();
-    (scanner.at == text.len()).then_some(envelope)
+    Scanner {
+        text,
+        at: 0,
+        index: None,
+    }
+    .whole()
+}
+
+/// [`envelope`] of a body read as it arrived: its UTF-8 is already
+/// checked, and its strings' plain runs are read from the index.
+pub fn envelope_prescanned(body: &Prescanned) -> Option<Envelope<'_>> {
+    Scanner {
+        text: body.text(),
+        at: 0,
+        index: Some(body),
+    }
+    .whole()
 }
 
 /// The envelope's fields, by their bit in the set of those seen.
@@ -112,9 +128,26 @@ struct Scanner<'a> {
     /// next to an ASCII byte, so a char boundary.
     text: &'a str,
     at: usize,
+    /// Where the body's plain runs end, when it was prescanned.
+    index: Option<&'a Prescanned>,
 }
 
 impl<'a> Scanner<'a> {
+    /// The envelope, and nothing but whitespace after it.
+    fn whole(mut self) -> Option<Envelope<'a>> {
+        let envelope = self.envelope()?;
+        self.whitespace();
+        (self.at == self.text.len()).then_some(envelope)
+    }
+
+    /// Where the plain run of a string that starts at `at` ends.
+    fn plain_end(&self, at: usize) -> usize {
+        match self.index {
+            Some(index) => index.plain_end(at),
+            None => at + plain_run(&self.text.as_bytes()[at..]),
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
@@ -328,8 +361,7 @@ impl<'a> Scanner<'a> {
                 let text = self.string()?;
                 Some(Some(Content::Text(match text.plain() {
                     Some(plain) => Cow::Borrowed(plain),
-                    // serde decodes it; so does this, the same way.
-                    None => Cow::Owned(serde_json::from_str::<String>(text.literal).ok()?),
+                    None => Cow::Owned(self.decoded(self.at - text.literal.len())?),
                 })))
             }
             b'[' => {
@@ -416,6 +448,53 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
+    /// The text of the escaped string literal from `from` to here, decoded
+    /// as serde decodes it: plain runs copied whole (a long prompt's lines
+    /// are long runs between `\n`s), escapes one by one. A `\u` escape of
+    /// a surrogate that is not half of a pair is left to serde (`None`).
+    fn decoded(&self, from: usize) -> Option<String> {
+        let bytes = self.text.as_bytes();
+        let end = self.at - 1;
+        let mut text = String::with_capacity(end - from);
+        let mut at = from + 1;
+        loop {
+            // `string` refused control characters and every quote but the
+            // last is escaped: the run ends at a backslash or the end.
+            let run = self.plain_end(at).min(end);
+            text.push_str(&self.text[at..run]);
+            if run == end {
+                return Some(text);
+            }
+            let (decoded, len) = match bytes[run + 1] {
+                b'"' => ('"', 2),
+                b'\\' => ('\\', 2),
+                b'/' => ('/', 2),
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                _ => {
+                    let unit = hex4(&bytes[run + 2..])?;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            let low = bytes
+                                .get(run + 6..run + 8)
+                                .filter(|escape| *escape == b"\\u")
+                                .and_then(|_| hex4(&bytes[run + 8..]))
+                                .filter(|low| (0xDC00..=0xDFFF).contains(low))?;
+                            let code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                            (char::from_u32(code)?, 12)
+                        }
+                        _ => (char::from_u32(unit)?, 6),
+                    }
+                }
+            };
+            text.push(decoded);
+            at = run + len;
+        }
+    }
+
     /// A string literal: no control characters, only JSON's escapes.
     fn string(&mut self) -> Option<Text<'a>> {
         let bytes = self.text.as_bytes();
@@ -424,7 +503,7 @@ impl<'a> Scanner<'a> {
         let mut at = self.at;
         let mut escaped = false;
         loop {
-            at += plain_run(&bytes[at..]);
+            at = self.plain_end(at);
             match *bytes.get(at)? {
                 b'"' => {
                     self.at = at + 1;
@@ -448,74 +527,11 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// How many bytes at the start of `bytes` a string may hold as they are:
-/// up to the first quote, backslash or control character; 32 at a time
-/// where the processor compares 16 in one instruction, then eight at a
-/// time. A long prompt is one long run: this loop is most of the scan.
-fn plain_run(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    const QUOTES: u64 = u64::from_le_bytes([b'"'; 8]);
-    const BACKSLASHES: u64 = u64::from_le_bytes([b'\\'; 8]);
-    const SPACES: u64 = u64::from_le_bytes([0x20; 8]);
-    let mut at = 0;
-    #[cfg(target_arch = "x86_64")]
-    while let Some(Ok(block)) = bytes.get(at..at + 32).map(<&[u8; 32]>::try_from) {
-        let flags = specials_sse2(block);
-        if flags != 0 {
-            return at + flags.trailing_zeros() as usize;
-        }
-        at += 32;
-    }
-    while let Some(Ok(word)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from) {
-        let word = u64::from_le_bytes(word);
-        // A byte XORed to zero borrows in the subtraction of ONES, a byte
-        // under 0x20 in that of SPACES; a borrow only carries upward, so
-        // the lowest flag marks the first such byte exactly. Bytes of 0x80
-        // and over never flag: UTF-8's multi-byte characters pass.
-        let zero = |x: u64| x.wrapping_sub(ONES) & !x;
-        let flags = (zero(word ^ QUOTES) | zero(word ^ BACKSLASHES) | word.wrapping_sub(SPACES))
-            & !word
-            & HIGHS;
-        if flags != 0 {
-            return at + (flags.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while let Some(&byte) = bytes.get(at) {
-        if byte == b'"' || byte == b'\\' || byte < 0x20 {
-            break;
-        }
-        at += 1;
-    }
-    at
-}
-
-/// One bit per byte of `block` (bit `i` for byte `i`) that ends a plain
-/// run: a quote, a backslash or a control character.
-#[cfg(target_arch = "x86_64")]
-fn specials_sse2(block: &[u8; 32]) -> u32 {
-    use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
-    };
-    let specials = |half: &[u8; 16]| {
-        // SAFETY: SSE2 is part of every x86_64 processor (no runtime check
-        // is needed), and the load reads, unaligned, exactly the 16 bytes
-        // `half` borrows.
-        unsafe {
-            let v = _mm_loadu_si128(half.as_ptr().cast::<__m128i>());
-            let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
-            let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
-            // Unsigned `v <= 0x1f` is `max(v, 0x1f) == 0x1f`; bytes of 0x80
-            // and over (UTF-8's multi-byte characters) are large and pass.
-            let limit = _mm_set1_epi8(0x1f);
-            let control = _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit);
-            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32 & 0xffff
-        }
-    };
-    let (low, high) = block.split_at(16);
-    specials(low.try_into().expect("16 bytes")) | specials(high.try_into().expect("16 bytes")) << 16
+/// The four hex digits at the start of `bytes` (a `\u` escape's), which
+/// `Scanner::string` checked.
+fn hex4(bytes: &[u8]) -> Option<u32> {
+    let digits = std::str::from_utf8(bytes.get(..4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
 }
 
 /// A value as serde reads it into an `Option`: `null` is `None`.
@@ -526,7 +542,12 @@ fn non_null(raw: Raw<'_>) -> Option<Raw<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::{parse_request, parse_request_by_serde, Endpoint, ROUTABLE_ENDPOINTS};
+    use crate::openai::prescan::Prescan;
+    use crate::openai::{
+        parse_prescanned, parse_request, parse_request_by_serde, Endpoint, ParsedRequest,
+        RequestError, ROUTABLE_ENDPOINTS,
+    };
+    use bytes::Bytes;
 
     /// Every endpoint whose body is JSON.
     fn endpoints() -> impl Iterator<Item = Endpoint> {
@@ -536,15 +557,53 @@ mod tests {
             .filter(|e| !e.takes_form())
     }
 
-    /// The gateway's answer for `body` is serde's, on every endpoint.
+    /// The gateway's answer for `body` is serde's, on every endpoint,
+    /// whether it came whole or in pieces (prescanned).
     fn assert_same(body: &[u8]) {
         for endpoint in endpoints() {
+            let serde = parse_request_by_serde(endpoint, body);
             assert_eq!(
                 parse_request(endpoint, body),
-                parse_request_by_serde(endpoint, body),
+                serde,
                 "{endpoint:?} {:?}",
                 String::from_utf8_lossy(body)
             );
+            for cut in [1, 5, 64] {
+                assert_eq!(
+                    parse_arrived(endpoint, body, cut),
+                    serde,
+                    "{endpoint:?} in pieces of {cut}: {:?}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+    }
+
+    /// `body` received in pieces of `cut` bytes, prescanned, as the
+    /// gateway reads such a body: parsed from the prescan, or, when that
+    /// found it is not UTF-8, as it stands.
+    fn prescanned(body: &[u8], cut: usize) -> Result<Prescanned, Bytes> {
+        let mut prescan = Prescan::with_pieces(body.len(), &[]);
+        for piece in body.chunks(cut) {
+            prescan.push(piece);
+        }
+        let prescanned = prescan.finish();
+        assert_eq!(
+            prescanned.is_ok(),
+            std::str::from_utf8(body).is_ok(),
+            "UTF-8 misjudged in pieces of {cut}"
+        );
+        prescanned
+    }
+
+    fn parse_arrived(
+        endpoint: Endpoint,
+        body: &[u8],
+        cut: usize,
+    ) -> Result<ParsedRequest, RequestError> {
+        match prescanned(body, cut) {
+            Ok(prescanned) => parse_prescanned(endpoint, &prescanned),
+            Err(body) => parse_request(endpoint, &body),
         }
     }
 
@@ -605,6 +664,11 @@ mod tests {
     fn everyday_bodies_are_scanned_and_read_as_serde_reads_them() {
         for body in EVERYDAY {
             assert!(envelope(body.as_bytes()).is_some(), "declined {body}");
+            let prescanned = prescanned(body.as_bytes(), 3).unwrap();
+            assert!(
+                envelope_prescanned(&prescanned).is_some(),
+                "declined prescanned {body}"
+            );
             assert_same(body.as_bytes());
         }
     }
@@ -617,7 +681,76 @@ mod tests {
                 "scanned {:?}",
                 String::from_utf8_lossy(body)
             );
+            if let Ok(prescanned) = prescanned(body, 2) {
+                assert!(
+                    envelope_prescanned(&prescanned).is_none(),
+                    "scanned prescanned {:?}",
+                    String::from_utf8_lossy(body)
+                );
+            }
             assert_same(body);
+        }
+    }
+
+    #[test]
+    fn escaped_content_is_decoded_as_serde_decodes_it() {
+        let chat = |content: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{content}"}}]}}"#)
+        };
+        for content in [
+            r#"\"\\\/\b\f\n\r\t"#,
+            r#"a\u0000b\u001fc\u0041\u00e9\u4e2d\uFFFF\uffFd"#,
+            r#"pair \ud83d\ude00 and \uD834\uDD1E at the end \ud83d\ude00"#,
+            r#"\n"#,
+            r#"\\u0041"#,
+            "caf\u{e9} \\n \u{1F600}\\t",
+        ] {
+            let body = chat(content);
+            assert!(envelope(body.as_bytes()).is_some(), "declined {content}");
+            assert_same(body.as_bytes());
+        }
+        // Surrogates serde refuses, or reads otherwise, are left to it.
+        for content in [
+            r#"\ud83d"#,
+            r#"\ud83d tail"#,
+            r#"\ud83d\u0041"#,
+            r#"\ude00"#,
+            r#"\ude00\ud83d"#,
+            r#"\ud83d\ud83d"#,
+            r#"\ud83d\n"#,
+        ] {
+            let body = chat(content);
+            assert!(envelope(body.as_bytes()).is_none(), "scanned {content}");
+            assert_same(body.as_bytes());
+        }
+    }
+
+    #[test]
+    fn long_strings_read_from_the_index_as_serde_reads_them() {
+        let texts = [
+            "lorem ipsum ".repeat(400),
+            // An escape every few bytes, as a document's newlines are.
+            "line\\n".repeat(900),
+            "caf\u{e9} \u{1F600} \u{4E2D}".repeat(300),
+            format!("{}\\\"{}", "x".repeat(5000), "y".repeat(70)),
+        ];
+        for text in &texts {
+            for body in [
+                format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{text}"}}]}}"#),
+                format!(
+                    r#"{{"model":"m","stream":true,"messages":[{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}]}}"#
+                ),
+                format!(r#"{{"model":"m","prompt":"{text}","input":"{text}","system":"{text}"}}"#),
+                format!(r#"{{"x":"{text}","model":"m","instructions":"{text}"}}"#),
+            ] {
+                let prescanned = prescanned(body.as_bytes(), 4093).unwrap();
+                assert!(
+                    envelope_prescanned(&prescanned).is_some(),
+                    "declined {}",
+                    &body[..80]
+                );
+                assert_same(body.as_bytes());
+            }
         }
     }
 
@@ -641,45 +774,6 @@ mod tests {
             parse_request(Endpoint::ChatCompletions, deep.as_bytes()),
             Err(crate::openai::RequestError::InvalidJson(_))
         ));
-    }
-
-    #[test]
-    fn plain_runs_stop_at_quotes_backslashes_and_control_characters() {
-        for (text, run) in [
-            (&b"abcdefghijkl\"x"[..], 12),
-            (b"abcdefgh\\", 8),
-            (b"abc\x1fdefghij", 3),
-            (b"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", 10),
-            (b"\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f", 9),
-            (b" !#$%&'()*+,-./0123456789:;<=>?@[]^_`{|}~\"", 41),
-            (b"", 0),
-            // The first of several in one word; a multi-byte character before it.
-            (b"a\"\\\x00bcdefgh", 1),
-            (b"ab\xc3\xa9\x01\"cd", 4),
-            (b"\xff\xfe\x80\x81\xa0\xa2\xdc\x1f", 7),
-        ] {
-            assert_eq!(plain_run(text), run, "{:?}", String::from_utf8_lossy(text));
-        }
-        // Every byte at every offset of a word and of a 32-byte block, in
-        // ASCII and in multi-byte text, with the bytes around the edges
-        // that must pass.
-        for special in [b'"', b'\\', 0x00, 0x0a, 0x1f] {
-            for filler in [b'a', 0x20, 0x7f, 0x80, 0xe9, 0xff, b'!', b'#', b'[', b']'] {
-                for len in [17, 40, 70] {
-                    for at in 0..len {
-                        let mut text = vec![filler; len];
-                        text[at] = special;
-                        assert_eq!(plain_run(&text), at, "{special:#x} at {at} in {filler:#x}");
-                    }
-                    assert_eq!(plain_run(&vec![filler; len]), len, "only {filler:#x}");
-                }
-            }
-        }
-        // Two in one block: the first counts.
-        let mut text = vec![b'a'; 64];
-        text[50] = b'"';
-        text[35] = b'\\';
-        assert_eq!(plain_run(&text), 35);
     }
 
     /// A small deterministic generator, so a failure replays.
@@ -728,10 +822,18 @@ mod tests {
                 scanned += 1;
             }
             let endpoint = endpoints().nth(round % endpoints().count()).unwrap();
+            let serde = parse_request_by_serde(endpoint, &body);
             assert_eq!(
                 parse_request(endpoint, &body),
-                parse_request_by_serde(endpoint, &body),
+                serde,
                 "{endpoint:?} {:?}",
+                String::from_utf8_lossy(&body)
+            );
+            let cut = 1 + random.below(body.len() + 1);
+            assert_eq!(
+                parse_arrived(endpoint, &body, cut),
+                serde,
+                "{endpoint:?} in pieces of {cut}: {:?}",
                 String::from_utf8_lossy(&body)
             );
         }

@@ -20,7 +20,7 @@ use http::header;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
-use super::body;
+use super::body::{self, ReadBody};
 use super::ctx::{Admitted, RequestCtx};
 use super::SESSION_HEADER;
 use crate::auth::{bearer_token, Caller};
@@ -28,8 +28,8 @@ use crate::error::{GatewayError, LimitScope};
 use crate::learned::Learned;
 use crate::metrics::Metrics;
 use crate::openai::{
-    parse_form_request, parse_request, parse_token_ids, response_id, Endpoint, ParsedRequest,
-    RequestError, TOKEN_IDS_HEADER,
+    parse_form_request, parse_prescanned, parse_request, parse_token_ids, response_id, Endpoint,
+    ParsedRequest, RequestError, TOKEN_IDS_HEADER,
 };
 use crate::rate_limit::{ConcurrencySlot, KeyLimits, Limited, SharedAdmission, SharedStore};
 use crate::response_homes::ResponseHomes;
@@ -81,11 +81,13 @@ pub async fn admit(
         None => None,
     };
     let boundary = body::check_content_type(session, endpoint)?;
-    let body = body::read_body(session, snapshot.limits.max_body_bytes).await?;
-    let mut request = match boundary {
-        Some(boundary) => parse_form_request(&body, &boundary)?,
-        None => parse_request(endpoint, &body)?,
+    let body = body::read_body(session, snapshot.limits.max_body_bytes, boundary.is_none()).await?;
+    let mut request = match (boundary, &body) {
+        (Some(boundary), _) => parse_form_request(body.bytes(), &boundary)?,
+        (None, ReadBody::Prescanned(prescanned)) => parse_prescanned(endpoint, prescanned)?,
+        (None, ReadBody::Bytes(bytes)) => parse_request(endpoint, bytes)?,
     };
+    let body = body.into_bytes();
     // Caller-supplied token ids: the header wins over an integer prompt.
     if header_token_ids.is_some() {
         request.token_ids = header_token_ids.map(Arc::from);

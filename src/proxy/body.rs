@@ -14,7 +14,9 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
 use crate::error::GatewayError;
-use crate::openai::{form_boundary, Endpoint, ModelLiteral, ParsedRequest, Splice};
+use crate::openai::{
+    form_boundary, Endpoint, ModelLiteral, ParsedRequest, Prescan, Prescanned, Splice,
+};
 use crate::snapshot::Target;
 
 /// Longest wait for the next piece of a request body.
@@ -63,11 +65,41 @@ pub fn check_content_type(
     }
 }
 
+/// A whole request body, as [`read_body`] hands it over.
+pub enum ReadBody {
+    /// As it stands: it came in one piece, or is not JSON, or had no
+    /// declared length, or is not valid UTF-8.
+    Bytes(Bytes),
+    /// Prescanned for the JSON parser as it arrived (see [`Arrival`]).
+    Prescanned(Prescanned),
+}
+
+impl ReadBody {
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            ReadBody::Bytes(body) => body,
+            ReadBody::Prescanned(prescanned) => prescanned.body(),
+        }
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            ReadBody::Bytes(body) => body,
+            ReadBody::Prescanned(prescanned) => prescanned.into_body(),
+        }
+    }
+}
+
 /// Reads the whole request body, refusing more than `limit` bytes and
 /// clients slower than [`CLIENT_BODY_READ_TIMEOUT`] / [`CLIENT_BODY_DEADLINE`].
-pub async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
+/// A JSON body (`json`) of several pieces is prescanned as it arrives.
+pub async fn read_body(
+    session: &mut Session,
+    limit: usize,
+    json: bool,
+) -> Result<ReadBody, GatewayError> {
     session.set_read_timeout(Some(CLIENT_BODY_READ_TIMEOUT));
-    match tokio::time::timeout(CLIENT_BODY_DEADLINE, read_whole_body(session, limit)).await {
+    match tokio::time::timeout(CLIENT_BODY_DEADLINE, read_whole_body(session, limit, json)).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::BodyTimeout {
             after: CLIENT_BODY_DEADLINE,
@@ -75,7 +107,11 @@ pub async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Gat
     }
 }
 
-async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
+async fn read_whole_body(
+    session: &mut Session,
+    limit: usize,
+    json: bool,
+) -> Result<ReadBody, GatewayError> {
     let declared = session
         .req_header()
         .headers
@@ -92,29 +128,83 @@ async fn read_whole_body(session: &mut Session, limit: usize) -> Result<Bytes, G
             .await
             .map_err(|e| GatewayError::BodyRead(e.to_string()))?;
     }
-    // The pieces are kept as they arrive and joined once at the end: one
-    // copy of the body (none when it came in one piece), where growing one
-    // buffer copied a large body about twice (the patched Pingora hands
-    // large pieces over uncopied). Nothing is reserved on the
-    // client's word: a declared 32 MiB that never arrives holds nothing.
-    let mut pieces = Vec::new();
-    let mut received = 0;
+    let mut arrival = Arrival::new(declared.filter(|_| json));
     loop {
         match session.read_request_body().await {
             Ok(Some(piece)) => {
-                received += piece.len();
-                if received > limit {
+                if arrival.received() + piece.len() > limit {
                     return Err(GatewayError::BodyTooLarge { limit });
                 }
-                pieces.push(piece);
+                arrival.push(piece);
             }
-            Ok(None) => return Ok(joined(&pieces, received)),
+            Ok(None) => return Ok(arrival.finish()),
             Err(e) if e.etype() == &pingora::ErrorType::ReadTimedout => {
                 return Err(GatewayError::BodyTimeout {
                     after: CLIENT_BODY_READ_TIMEOUT,
                 })
             }
             Err(e) => return Err(GatewayError::BodyRead(e.to_string())),
+        }
+    }
+}
+
+/// A body as its pieces arrive.
+///
+/// What needs the whole body (the join, the UTF-8 check, the scan for the
+/// parser) would otherwise run after its last byte, adding to the
+/// request's time what the gateway could have done while the client was
+/// still sending. So the pieces are kept as Pingora hands them over (the
+/// first alone is the whole of most bodies, and is never copied) until
+/// half of the declared length is in; from there the body is one buffer of
+/// the declared length, each piece appended and prescanned as it comes
+/// (`openai::Prescan`). Nothing is reserved on the client's word alone:
+/// the buffer is at most twice what the client has sent. A body with no
+/// declared length (chunked), or one that is not JSON, is joined once,
+/// whole: one copy of the body, as before.
+struct Arrival {
+    /// The length to prescan toward; `None` never prescans.
+    declared: Option<usize>,
+    pieces: Vec<Bytes>,
+    received: usize,
+    prescan: Option<Prescan>,
+}
+
+impl Arrival {
+    fn new(declared: Option<usize>) -> Self {
+        Self {
+            declared,
+            pieces: Vec::new(),
+            received: 0,
+            prescan: None,
+        }
+    }
+
+    fn received(&self) -> usize {
+        self.received
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        self.received += piece.len();
+        if let Some(prescan) = &mut self.prescan {
+            prescan.push(&piece);
+            return;
+        }
+        self.pieces.push(piece);
+        if let Some(declared) = self.declared {
+            if self.pieces.len() > 1 && self.received.saturating_mul(2) >= declared {
+                self.prescan = Some(Prescan::with_pieces(declared, &self.pieces));
+                self.pieces = Vec::new();
+            }
+        }
+    }
+
+    fn finish(self) -> ReadBody {
+        match self.prescan {
+            Some(prescan) => match prescan.finish() {
+                Ok(prescanned) => ReadBody::Prescanned(prescanned),
+                Err(body) => ReadBody::Bytes(body),
+            },
+            None => ReadBody::Bytes(joined(&self.pieces, self.received)),
         }
     }
 }
@@ -262,6 +352,68 @@ pub fn attempt_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `body` handed to an [`Arrival`] in pieces of `cut` bytes; whether
+    /// it was prescanning after each piece.
+    fn arrive(declared: Option<usize>, body: &[u8], cut: usize) -> (ReadBody, Vec<bool>) {
+        let mut arrival = Arrival::new(declared);
+        let mut prescanning = Vec::new();
+        for piece in body.chunks(cut) {
+            arrival.push(Bytes::copy_from_slice(piece));
+            assert_eq!(arrival.received(), prescanning.len() * cut + piece.len());
+            prescanning.push(arrival.prescan.is_some());
+        }
+        (arrival.finish(), prescanning)
+    }
+
+    #[test]
+    fn a_body_is_prescanned_from_half_its_declared_length_and_only_when_declared() {
+        let text = "\\u00e9 caf\u{e9} \\n ".repeat(50);
+        let body = format!(r#"{{"model":"m","messages":[{{"content":"{text}"}}]}}"#);
+        let len = body.len();
+        let (read, prescanning) = arrive(Some(len), body.as_bytes(), 100);
+        // Kept as pieces below half of the declared length, so a client
+        // that declares much and sends little is held to what it sent.
+        for (i, &on) in prescanning.iter().enumerate() {
+            assert_eq!(
+                on,
+                (i + 1) * 100 * 2 >= len,
+                "after piece {i} of {len} bytes"
+            );
+        }
+        let ReadBody::Prescanned(prescanned) = &read else {
+            panic!("a JSON body of declared length was not prescanned");
+        };
+        assert_eq!(prescanned.body(), body.as_bytes());
+        assert_eq!(read.into_bytes(), body.as_bytes());
+
+        // No declared length (chunked), or not JSON: joined whole.
+        let (read, prescanning) = arrive(None, body.as_bytes(), 100);
+        assert!(prescanning.iter().all(|on| !on));
+        assert!(matches!(&read, ReadBody::Bytes(b) if b == body.as_bytes()));
+
+        // Not UTF-8: handed over as it came, for the parser to refuse.
+        let mut broken = body.clone().into_bytes();
+        broken[len - 10] = 0xff;
+        let (read, _) = arrive(Some(len), &broken, 64);
+        assert!(matches!(&read, ReadBody::Bytes(b) if b[..] == broken[..]));
+    }
+
+    #[test]
+    fn a_body_in_one_piece_is_neither_copied_nor_prescanned() {
+        let one = Bytes::from_static(br#"{"model":"m","messages":[]}"#);
+        let mut arrival = Arrival::new(Some(one.len()));
+        arrival.push(one.clone());
+        let ReadBody::Bytes(read) = arrival.finish() else {
+            panic!("a body in one piece was prescanned");
+        };
+        assert_eq!(
+            read.as_ptr(),
+            one.as_ptr(),
+            "a body in one piece was copied"
+        );
+        assert!(matches!(Arrival::new(Some(0)).finish(), ReadBody::Bytes(b) if b.is_empty()));
+    }
 
     #[test]
     fn pieces_join_in_order_and_one_piece_is_not_copied() {
