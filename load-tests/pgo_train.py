@@ -169,7 +169,8 @@ def train(rolter: Path, profiles: Path | None, seconds: float, work: Path, proce
     listen, admin = free_port(), free_port()
     yaml = work / "pingora.yaml"
     yaml.write_text(pingora_yaml(work, threads=2))
-    env = dict(os.environ, PGO_TRAINING_KEY=KEY, RUST_LOG="warn")
+    # The signal service's lines say what a shutdown waits for.
+    env = dict(os.environ, PGO_TRAINING_KEY=KEY, RUST_LOG="warn,rolter::signals=info")
     if profiles is not None:
         env["LLVM_PROFILE_FILE"] = str(profiles / "gateway-%p-%m.profraw")
     gateway = processes.spawn(
@@ -198,7 +199,10 @@ def train(rolter: Path, profiles: Path | None, seconds: float, work: Path, proce
 
     gateway.popen.send_signal(signal.SIGINT)
     if gateway.wait_exit(30) is None:
-        raise SetupError("the gateway did not exit on SIGINT, so it wrote no profile")
+        raise SetupError(
+            "the gateway did not exit on SIGINT, so it wrote no profile:\n"
+            + "\n".join(gateway.log_tail(30))
+        )
     served = tally.by_status.get("200", 0)
     if tally.unexpected or served < MIN_SERVED_PER_SECOND * seconds:
         for what, n in sorted(tally.unexpected.items()):
