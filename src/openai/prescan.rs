@@ -51,15 +51,6 @@ impl Prescan {
         prescan
     }
 
-    /// The bytes received so far.
-    pub fn len(&self) -> usize {
-        self.buffer.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buffer.is_empty()
-    }
-
     /// Appends the next piece of the body and reads it.
     pub fn push(&mut self, piece: &[u8]) {
         self.buffer.extend_from_slice(piece);
@@ -193,7 +184,7 @@ mod tests {
             prescan.push(&body[at..end]);
             at = end;
         }
-        assert_eq!(prescan.len(), body.len());
+        assert_eq!(prescan.buffer.len(), body.len());
         prescan.finish()
     }
 
