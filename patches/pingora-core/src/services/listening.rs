@@ -268,6 +268,12 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                         }
                     }
+                    // rolter: an accept that fails at once fails again at once: the
+                    // listener's reactor thread stopped first in a shutdown (tokio's "being
+                    // shutdown"). Without a yield this loop never returns to its own
+                    // thread, which then never sees its own shutdown, and the server's
+                    // join of that thread waits forever.
+                    tokio::task::yield_now().await;
                 }
             }
         }
