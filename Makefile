@@ -64,14 +64,15 @@ release: deps
 	@scripts/build-release --find-profdata >/dev/null || rustup component add llvm-tools || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq llvm-$$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'); }
 	scripts/build-release
 
-# Criterion benchmarks of the balancer, of routing tokenization, and of flow
-# control and engine-reported load, and of tracing off and on (stop by
-# themselves, ~4 minutes).
+# Criterion benchmarks of the balancer, of routing tokenization, of flow
+# control and engine-reported load, of tracing off and on, and of reading a
+# request's body (stop by themselves, ~5 minutes).
 bench:
 	$(CARGO) bench --locked -p rolter-balancer
 	$(CARGO) bench --locked -p rolter-tokenize
 	$(CARGO) bench --locked -p rolter --bench flow
 	$(CARGO) bench --locked -p rolter --bench traces
+	$(CARGO) bench --locked -p rolter --bench request
 
 # The gateway side by side with nginx, a bare Pingora passthrough and the
 # engine direct, on the same pinned cores (load-tests/compare.py, ~22 min

@@ -7,6 +7,7 @@ pub mod as_chat;
 mod content;
 mod conversation;
 mod envelope;
+mod escaped;
 mod form;
 mod messages;
 mod plain_run;

@@ -434,6 +434,7 @@ fn read_messages(turns: &[Turn<'_>], conversation: &mut Conversation) {
         conversation.push_turn(turn.role.as_deref().unwrap_or(""));
         match &turn.content {
             Some(Content::Text(text)) => conversation.push_text(text),
+            Some(Content::Escaped(text)) => text.decode(|piece| conversation.push_text(piece)),
             Some(Content::List(parts)) => read_parts(parts, conversation, |kind| kind == "text"),
             Some(Content::Other) | None => {}
         }

@@ -18,13 +18,14 @@
 //! in place of a list); an escaped string or any number where serde reads
 //! the value itself rather than skipping it (a message, `messages`, a
 //! message's `content` given as a scalar), except a `content` string,
-//! which it decodes itself, as serde does (an unpaired surrogate escape is
-//! left to serde).
+//! which it checks and leaves to be decoded as it is read
+//! ([`Escaped`]); a `\u` escape of a surrogate that is not half of a pair,
+//! in any string, is left to serde.
 
 use std::borrow::Cow;
 
 use super::envelope::Envelope;
-use super::plain_run::plain_run;
+use super::escaped::{hex4, plain_end, Escaped};
 use super::prescan::Prescanned;
 use super::raw::Raw;
 use super::turns::{text, Content, Turn, Turns};
@@ -138,14 +139,6 @@ impl<'a> Scanner<'a> {
         let envelope = self.envelope()?;
         self.whitespace();
         (self.at == self.text.len()).then_some(envelope)
-    }
-
-    /// Where the plain run of a string that starts at `at` ends.
-    fn plain_end(&self, at: usize) -> usize {
-        match self.index {
-            Some(index) => index.plain_end(at),
-            None => at + plain_run(&self.text.as_bytes()[at..]),
-        }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -359,10 +352,15 @@ impl<'a> Scanner<'a> {
         match self.peek()? {
             b'"' => {
                 let text = self.string()?;
-                Some(Some(Content::Text(match text.plain() {
-                    Some(plain) => Cow::Borrowed(plain),
-                    None => Cow::Owned(self.decoded(self.at - text.literal.len())?),
-                })))
+                Some(Some(match text.plain() {
+                    Some(plain) => Content::Text(Cow::Borrowed(plain)),
+                    None => Content::Escaped(Escaped::checked(
+                        self.text,
+                        self.at - text.literal.len() + 1,
+                        self.at - 1,
+                        self.index,
+                    )),
+                }))
             }
             b'[' => {
                 let mut parts = Vec::with_capacity(2);
@@ -448,54 +446,9 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
-    /// The text of the escaped string literal from `from` to here, decoded
-    /// as serde decodes it: plain runs copied whole (a long prompt's lines
-    /// are long runs between `\n`s), escapes one by one. A `\u` escape of
-    /// a surrogate that is not half of a pair is left to serde (`None`).
-    fn decoded(&self, from: usize) -> Option<String> {
-        let bytes = self.text.as_bytes();
-        let end = self.at - 1;
-        let mut text = String::with_capacity(end - from);
-        let mut at = from + 1;
-        loop {
-            // `string` refused control characters and every quote but the
-            // last is escaped: the run ends at a backslash or the end.
-            let run = self.plain_end(at).min(end);
-            text.push_str(&self.text[at..run]);
-            if run == end {
-                return Some(text);
-            }
-            let (decoded, len) = match bytes[run + 1] {
-                b'"' => ('"', 2),
-                b'\\' => ('\\', 2),
-                b'/' => ('/', 2),
-                b'b' => ('\u{8}', 2),
-                b'f' => ('\u{c}', 2),
-                b'n' => ('\n', 2),
-                b'r' => ('\r', 2),
-                b't' => ('\t', 2),
-                _ => {
-                    let unit = hex4(&bytes[run + 2..])?;
-                    match unit {
-                        0xD800..=0xDBFF => {
-                            let low = bytes
-                                .get(run + 6..run + 8)
-                                .filter(|escape| *escape == b"\\u")
-                                .and_then(|_| hex4(&bytes[run + 8..]))
-                                .filter(|low| (0xDC00..=0xDFFF).contains(low))?;
-                            let code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                            (char::from_u32(code)?, 12)
-                        }
-                        _ => (char::from_u32(unit)?, 6),
-                    }
-                }
-            };
-            text.push(decoded);
-            at = run + len;
-        }
-    }
-
-    /// A string literal: no control characters, only JSON's escapes.
+    /// A string literal: no control characters, only JSON's escapes, and
+    /// no surrogate escape that is not half of a pair (serde refuses those
+    /// where it decodes the string, so the scanner leaves them to it).
     fn string(&mut self) -> Option<Text<'a>> {
         let bytes = self.text.as_bytes();
         let from = self.at;
@@ -503,7 +456,7 @@ impl<'a> Scanner<'a> {
         let mut at = self.at;
         let mut escaped = false;
         loop {
-            at = self.plain_end(at);
+            at = plain_end(self.text, self.index, at);
             match *bytes.get(at)? {
                 b'"' => {
                     self.at = at + 1;
@@ -516,7 +469,7 @@ impl<'a> Scanner<'a> {
                     escaped = true;
                     at += match *bytes.get(at + 1)? {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
-                        b'u' if bytes.get(at + 2..at + 6)?.iter().all(u8::is_ascii_hexdigit) => 6,
+                        b'u' => unicode_escape(&bytes[at..])?,
                         _ => return None,
                     };
                 }
@@ -527,11 +480,25 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// The four hex digits at the start of `bytes` (a `\u` escape's), which
-/// `Scanner::string` checked.
-fn hex4(bytes: &[u8]) -> Option<u32> {
-    let digits = std::str::from_utf8(bytes.get(..4)?).ok()?;
-    u32::from_str_radix(digits, 16).ok()
+/// The length of the `\u` escape at the start of `escape`: 6, or 12 for
+/// a surrogate pair; `None` for digits that are not hex or a surrogate
+/// that is not half of a pair.
+fn unicode_escape(escape: &[u8]) -> Option<usize> {
+    let unit = |at: usize| {
+        let digits = escape.get(at..at + 4)?;
+        digits
+            .iter()
+            .all(u8::is_ascii_hexdigit)
+            .then(|| hex4(digits))
+    };
+    match unit(2)? {
+        0xD800..=0xDBFF => {
+            let low = (escape.get(6..8)? == b"\\u").then(|| unit(8))??;
+            (0xDC00..=0xDFFF).contains(&low).then_some(12)
+        }
+        0xDC00..=0xDFFF => None,
+        _ => Some(6),
+    }
 }
 
 /// A value as serde reads it into an `Option`: `null` is `None`.
@@ -733,6 +700,9 @@ mod tests {
             "line\\n".repeat(900),
             "caf\u{e9} \u{1F600} \u{4E2D}".repeat(300),
             format!("{}\\\"{}", "x".repeat(5000), "y".repeat(70)),
+            // Longer than a decoded piece: a long run, then dense escapes.
+            format!("{}\\n{}", "a".repeat(20_000), "b\\t".repeat(12_000)),
+            "\\u00e9\\ud83d\\ude00 ".repeat(4000),
         ];
         for text in &texts {
             for body in [

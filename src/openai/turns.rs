@@ -15,6 +15,7 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use super::escaped::Escaped;
 use super::raw::{string_value, Raw};
 
 /// A visitor's answer to a `null`, a boolean or a number: `$value`, as
@@ -55,8 +56,11 @@ pub struct Turn<'a> {
 
 /// A message's `content` as it was met.
 pub enum Content<'a> {
-    /// A string: borrowed from the body unless it had escapes.
+    /// A string: borrowed from the body unless serde decoded its escapes.
     Text(Cow<'a, str>),
+    /// A string with escapes, as the envelope scanner met it: decoded as it
+    /// is read, never into a copy of its own.
+    Escaped(Escaped<'a>),
     /// A list: chat's parts or Messages' blocks, each kept raw (they are
     /// small, or images read only by identity).
     List(Vec<Raw<'a>>),

@@ -1,0 +1,74 @@
+//! What reading a request's body costs: an everyday chat body, and a 4 MiB
+//! prompt of two kinds: one plain run (load-tests/bench.js's body) and a
+//! document whose lines and quotes are escapes every ~30 bytes. For the
+//! large bodies, the prescan (which runs while the body arrives, piece by
+//! piece) is measured apart from the read after the last byte, which is
+//! what adds to the request's time.
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rolter::openai::{parse_prescanned, parse_request, Endpoint, Prescan};
+
+const LARGE: usize = 4 << 20;
+/// Pingora hands a large upload over in pieces of about this size.
+const PIECE: usize = 64 << 10;
+
+fn chat_body(content: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "model": "Qwen/Qwen3-8B",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": content},
+        ],
+        "max_tokens": 64,
+        "stream": true,
+    }))
+    .expect("serializable")
+}
+
+/// A document's lines: text, a quotation, a newline.
+fn document(len: usize) -> String {
+    let line = "The committee said \"yes\" to the plan.\n";
+    line.repeat(len / line.len())
+}
+
+fn prescanned(body: &[u8]) -> rolter::openai::Prescanned {
+    let half = body.len() / 2;
+    let mut prescan = Prescan::with_pieces(body.len(), &[Bytes::copy_from_slice(&body[..half])]);
+    for piece in body[half..].chunks(PIECE) {
+        prescan.push(piece);
+    }
+    prescan.finish().expect("UTF-8")
+}
+
+fn read(c: &mut Criterion) {
+    let mut group = c.benchmark_group("request");
+    let chat = chat_body("Summarize the plot of Hamlet in three sentences, please.");
+    group.bench_function("chat", |b| {
+        b.iter(|| parse_request(Endpoint::ChatCompletions, black_box(&chat)).expect("valid"))
+    });
+
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(LARGE as u64));
+    for (name, content) in [("plain", "x".repeat(LARGE)), ("document", document(LARGE))] {
+        let body = chat_body(&content);
+        group.bench_function(format!("{name}_4m/whole"), |b| {
+            b.iter(|| parse_request(Endpoint::ChatCompletions, black_box(&body)).expect("valid"))
+        });
+        group.bench_function(format!("{name}_4m/prescan"), |b| {
+            b.iter(|| prescanned(black_box(&body)))
+        });
+        let ready = prescanned(&body);
+        group.bench_function(format!("{name}_4m/after_last_byte"), |b| {
+            b.iter(|| {
+                parse_prescanned(Endpoint::ChatCompletions, black_box(&ready)).expect("valid")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, read);
+criterion_main!(benches);
