@@ -60,9 +60,29 @@ fn specials_sse2(block: &[u8; 32]) -> u32 {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn specials_16(bytes: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{_mm_movemask_epi8, _mm_or_si128};
+    let [quote, backslash, control] = compare_16(bytes);
+    // SAFETY: SSE2 is part of every x86_64 processor.
+    unsafe { _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32 }
+}
+
+/// The quotes, backslashes and control characters among 16 bytes, each a
+/// bit per byte (the low 16 bits): [`specials_16`]'s comparisons, apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn string_bytes_sse2(bytes: &[u8; 16]) -> [u32; 3] {
+    use std::arch::x86_64::_mm_movemask_epi8;
+    // SAFETY: SSE2 is part of every x86_64 processor.
+    compare_16(bytes).map(|found| unsafe { _mm_movemask_epi8(found) as u32 })
+}
+
+/// Per byte of `bytes`, all ones where it is a quote, a backslash, a
+/// control character.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn compare_16(bytes: &[u8; 16]) -> [std::arch::x86_64::__m128i; 3] {
     use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_set1_epi8,
     };
     // SAFETY: SSE2 is part of every x86_64 processor (no runtime check is
     // needed), and the load reads, unaligned, exactly the 16 bytes `bytes`
@@ -75,7 +95,7 @@ pub fn specials_16(bytes: &[u8; 16]) -> u32 {
         // and over (UTF-8's multi-byte characters) are large and pass.
         let limit = _mm_set1_epi8(0x1f);
         let control = _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit);
-        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32 & 0xffff
+        [quote, backslash, control]
     }
 }
 

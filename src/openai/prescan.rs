@@ -12,6 +12,12 @@
 //! again nor reads a string's plain run byte by byte: it jumps through the
 //! index ([`Prescanned::plain_end`]): a plain 4 MiB prompt is 65,536 word
 //! reads, and a prompt full of escapes one read per escape.
+//!
+//! The index also marks which quotes end a string (those no backslash
+//! escapes) and what a string may not hold (a control character, an escape
+//! JSON does not have) or that needs a closer look (a `\u` escape), so the
+//! scanner finds where a string with escapes ends, and that it is valid,
+//! without stopping at each escape ([`Prescanned::string_end`]).
 
 use bytes::{Bytes, BytesMut};
 
@@ -28,10 +34,27 @@ pub struct Prescan {
     utf8_to: usize,
     /// A byte sequence no later byte can make valid was met.
     utf8_broken: bool,
-    /// Bit `i` of word `w`: byte `64 w + i` ends a plain run. Whole blocks
-    /// only; the tail past them is read as it stands. An eighth of the
-    /// body's size, dropped with the `Prescanned` once the body is parsed.
-    specials: Vec<u64>,
+    /// The index, a [`Block`] per whole 64 bytes; the tail past them is
+    /// read as it stands. Three eighths of the body's size, dropped with
+    /// the `Prescanned` once the body is parsed.
+    blocks: Vec<Block>,
+    /// The next block's first byte is escaped: the last one ended in a
+    /// backslash run of odd length.
+    carry: bool,
+}
+
+/// What the index knows of 64 bytes of the body, a bit per byte (bit `i`
+/// for byte `64 w + i` of block `w`).
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// Where a plain run stops: a quote, a backslash, a control character.
+    specials: u64,
+    /// The quotes no backslash escapes: where a string ends.
+    ends: u64,
+    /// What a string may not hold as it stands: control characters, and
+    /// characters a backslash escapes that are not one of JSON's short
+    /// escapes (`u` among them, which needs a closer look).
+    trouble: u64,
 }
 
 impl Prescan {
@@ -42,7 +65,8 @@ impl Prescan {
             buffer: BytesMut::with_capacity(len),
             utf8_to: 0,
             utf8_broken: false,
-            specials: Vec::with_capacity(len / BLOCK),
+            blocks: Vec::with_capacity(len / BLOCK),
+            carry: false,
         };
         for piece in pieces {
             prescan.buffer.extend_from_slice(piece);
@@ -72,12 +96,11 @@ impl Prescan {
             }
         }
         let whole = bytes.len() / BLOCK * BLOCK;
-        let from = self.specials.len() * BLOCK;
-        self.specials.extend(
-            bytes[from..whole]
-                .chunks_exact(BLOCK)
-                .map(|block| special_bits(block.try_into().expect("a whole block"))),
-        );
+        let from = self.blocks.len() * BLOCK;
+        for block in bytes[from..whole].chunks_exact(BLOCK) {
+            let block = block.try_into().expect("a whole block");
+            self.blocks.push(Block::of(block, &mut self.carry));
+        }
     }
 
     /// The whole body, prescanned when it is valid UTF-8; else the body,
@@ -89,7 +112,7 @@ impl Prescan {
         }
         Ok(Prescanned {
             body,
-            specials: self.specials,
+            blocks: self.blocks,
         })
     }
 }
@@ -100,7 +123,7 @@ impl Prescan {
 pub struct Prescanned {
     /// Valid UTF-8 ([`Prescan::finish`] checked), and never changed.
     body: Bytes,
-    specials: Vec<u64>,
+    blocks: Vec<Block>,
 }
 
 impl Prescanned {
@@ -124,7 +147,7 @@ impl Prescanned {
     /// `at + plain_run(&body[at..])`, read from the index.
     pub fn plain_end(&self, at: usize) -> usize {
         let mut word = at / BLOCK;
-        let Some(&first) = self.specials.get(word) else {
+        let Some(first) = self.blocks.get(word).map(|block| block.specials) else {
             return at + plain_run(&self.body[at.min(self.body.len())..]);
         };
         let mut bits = first & (!0u64 << (at % BLOCK));
@@ -133,8 +156,8 @@ impl Prescanned {
                 return word * BLOCK + bits.trailing_zeros() as usize;
             }
             word += 1;
-            match self.specials.get(word) {
-                Some(&next) => bits = next,
+            match self.blocks.get(word) {
+                Some(next) => bits = next.specials,
                 None => {
                     let indexed = word * BLOCK;
                     return indexed + plain_run(&self.body[indexed..]);
@@ -142,27 +165,148 @@ impl Prescanned {
             }
         }
     }
+
+    /// Where the string whose text starts at `from` (the byte after its
+    /// opening quote) ends, its closing quote, and whether it has escapes:
+    /// when the index covers that quote and nothing before it needs a
+    /// closer look. `None` leaves the string to be read escape by escape:
+    /// it holds a control character or an escape that is not one of
+    /// JSON's short ones (a `\u` escape, or an invalid one), or it ends
+    /// past the index.
+    pub fn string_end(&self, from: usize) -> Option<(usize, bool)> {
+        let mut word = from / BLOCK;
+        let mut from_here = !0u64 << (from % BLOCK);
+        let mut escaped = 0;
+        loop {
+            let block = self.blocks.get(word)?;
+            let ends = block.ends & from_here;
+            // The bits before the first end, or all of them without one.
+            let inside = from_here & ends.wrapping_sub(1) & !ends;
+            if block.trouble & inside != 0 {
+                return None;
+            }
+            escaped |= block.specials & inside;
+            if ends != 0 {
+                let end = word * BLOCK + ends.trailing_zeros() as usize;
+                return Some((end, escaped != 0));
+            }
+            word += 1;
+            from_here = !0;
+        }
+    }
 }
 
-/// One bit per byte of `block` (bit `i` for byte `i`) at which a plain run
-/// stops: what [`plain_run`] stops at, by the same comparisons.
+/// Bits at the even positions of a word.
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+impl Block {
+    /// Indexes `block`; `carry` says whether its first byte is escaped and
+    /// is set to whether the next one's is.
+    #[inline(always)]
+    fn of(block: &[u8; BLOCK], carry: &mut bool) -> Self {
+        let [mut quote, mut backslash, mut control] = [0u64; 3];
+        for (i, sixteen) in block.chunks_exact(16).enumerate() {
+            let [q, b, c] = string_bytes_16(sixteen.try_into().expect("16 bytes"));
+            quote |= u64::from(q) << (16 * i);
+            backslash |= u64::from(b) << (16 * i);
+            control |= u64::from(c) << (16 * i);
+        }
+        let mut trouble = control;
+        let mut escaped = 0;
+        if backslash != 0 || *carry {
+            escaped = escaped_by_backslashes(backslash, carry);
+            let mut short = 0;
+            for (i, sixteen) in block.chunks_exact(16).enumerate() {
+                let sixteen = sixteen.try_into().expect("16 bytes");
+                short |= u64::from(short_escapes_16(sixteen)) << (16 * i);
+            }
+            trouble |= escaped & !short;
+        }
+        Self {
+            // What `plain_run` stops at, by the same comparisons.
+            specials: quote | backslash | control,
+            ends: quote & !escaped,
+            trouble,
+        }
+    }
+}
+
+/// The bytes of a block that a backslash escapes, backslashes aside (those
+/// in a run escape one another), given its backslashes. A run pairs up
+/// from its start, so a run of odd length escapes the byte after it; for a
+/// run at the block's end that is the next block's first byte (`carry`,
+/// in and out). Branch-free: adding a
+/// run's lowest bit to the run carries through it to the bit after it,
+/// and a run is odd when it starts and ends after on positions of
+/// different parity.
 #[inline(always)]
-fn special_bits(block: &[u8; BLOCK]) -> u64 {
+fn escaped_by_backslashes(all_backslashes: u64, carry: &mut bool) -> u64 {
+    let carried = u64::from(*carry);
+    // An escaped first byte is a character, even when it is a backslash.
+    let backslash = all_backslashes & !carried;
+    let starts = backslash & !(backslash << 1);
+    let after_even_starts = backslash.wrapping_add(starts & EVEN) & !backslash;
+    let (sum, overflow) = backslash.overflowing_add(starts & !EVEN);
+    let after_odd_starts = sum & !backslash;
+    // A run from an odd start to the block's end is odd: it escapes the
+    // next block's first byte. One from an even start is even.
+    *carry = overflow;
+    (carried | (after_even_starts & !EVEN) | (after_odd_starts & EVEN)) & !all_backslashes
+}
+
+/// The bytes among 16 that may follow a backslash as one of JSON's short
+/// escapes (`"\\/bfnrt`), a bit per byte.
+#[inline(always)]
+fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
-        let mut bits = 0;
-        for (i, sixteen) in block.chunks_exact(16).enumerate() {
-            let sixteen = sixteen.try_into().expect("16 bytes");
-            bits |= u64::from(super::plain_run::specials_16(sixteen)) << (16 * i);
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is part of every x86_64 processor, and the load
+        // reads, unaligned, exactly the 16 bytes `bytes` borrows.
+        unsafe {
+            let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+            let found = SHORT_ESCAPES
+                .iter()
+                .map(|&byte| _mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8)))
+                .fold(_mm_set1_epi8(0), |all, one| _mm_or_si128(all, one));
+            _mm_movemask_epi8(found) as u32
         }
-        bits
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        block.iter().enumerate().fold(0, |bits, (i, &byte)| {
-            let special = byte == b'"' || byte == b'\\' || byte < 0x20;
-            bits | u64::from(special) << i
+        bytes.iter().enumerate().fold(0, |bits, (i, byte)| {
+            bits | u32::from(SHORT_ESCAPES.contains(byte)) << i
         })
+    }
+}
+
+/// What may follow a backslash, `u` aside.
+const SHORT_ESCAPES: [u8; 8] = [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'];
+
+/// The quotes, backslashes and control characters among 16 bytes, a bit
+/// per byte each: the comparisons of [`super::plain_run::specials_16`],
+/// kept apart.
+#[inline(always)]
+fn string_bytes_16(bytes: &[u8; 16]) -> [u32; 3] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::plain_run::string_bytes_sse2(bytes)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        bytes
+            .iter()
+            .enumerate()
+            .fold([0; 3], |[q, b, c], (i, &byte)| {
+                [
+                    q | u32::from(byte == b'"') << i,
+                    b | u32::from(byte == b'\\') << i,
+                    c | u32::from(byte < 0x20) << i,
+                ]
+            })
     }
 }
 
@@ -215,6 +359,131 @@ mod tests {
                     prescanned.plain_end(at),
                     at + plain_run(&body[at..]),
                     "round {round}, at {at} of {len}"
+                );
+            }
+        }
+    }
+
+    /// Where a string whose text starts at `from` ends, read byte by
+    /// byte: its closing quote and whether it had escapes, or `None` for a
+    /// control character, an escape other than JSON's short ones, or no
+    /// end.
+    fn string_end_by_bytes(body: &[u8], from: usize) -> Option<(usize, bool)> {
+        let mut at = from;
+        let mut escaped = false;
+        loop {
+            match *body.get(at)? {
+                b'"' => return Some((at, escaped)),
+                b'\\' => match body.get(at + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                        escaped = true;
+                        at += 2;
+                    }
+                    _ => return None,
+                },
+                byte if byte < 0x20 => return None,
+                _ => at += 1,
+            }
+        }
+    }
+
+    #[test]
+    fn the_index_ends_every_string_where_a_byte_by_byte_read_does() {
+        let mut random = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            random
+        };
+        let mut found = [0usize; 3];
+        for round in 0..400 {
+            let len = (next() % 900) as usize;
+            // Backslash runs of every length, across block edges too.
+            let density = [3, 8, 40, 400][round % 4];
+            let body: Vec<u8> = (0..len)
+                .map(|_| match next() % density {
+                    0 | 1 => b'\\',
+                    2 => b'"',
+                    _ => [b'a', b'n', b'u', b'"', b'\\', b'/', b't', 0x0a, 0x7f]
+                        [(next() % 9) as usize],
+                })
+                .collect();
+            let prescanned =
+                received(&body, &[1 + (next() % 130) as usize, 64, 3]).expect("ASCII is UTF-8");
+            let indexed = len / BLOCK * BLOCK;
+            // A string starts after a quote the scanner met as one.
+            for from in (1..=len).filter(|&at| body[at - 1] == b'"') {
+                let by_bytes = string_end_by_bytes(&body, from);
+                let by_index = prescanned.string_end(from);
+                match by_index {
+                    Some(_) => assert_eq!(by_index, by_bytes, "round {round}, from {from}"),
+                    // Left to the byte-by-byte read: no valid end within
+                    // the index, or a `\u` escape before it.
+                    None => assert!(
+                        by_bytes.is_none_or(|(end, _)| end >= indexed
+                            || body[from..end].windows(2).any(|w| w == b"\\u")),
+                        "round {round}, from {from}: the index gave up on {by_bytes:?}"
+                    ),
+                }
+                found[match (by_index, by_bytes) {
+                    (Some((_, false)), _) => 0,
+                    (Some((_, true)), _) => 1,
+                    (None, _) => 2,
+                }] += 1;
+            }
+        }
+        // Plain strings, strings with escapes and strings left alone all met.
+        assert!(found.iter().all(|&n| n > 100), "{found:?}");
+    }
+
+    #[test]
+    fn escaped_bytes_are_those_after_an_odd_run_of_backslashes() {
+        // Byte by byte, over a word: a run pairs up from its start.
+        // Backslashes escaped are left out, as the index leaves them.
+        fn by_runs(backslash: u64, carry: bool) -> (u64, bool) {
+            let mut escaped = 0;
+            let mut odd = carry;
+            for i in 0..64 {
+                if odd {
+                    escaped |= 1 << i;
+                    odd = false;
+                } else if backslash >> i & 1 == 1 {
+                    odd = true;
+                }
+            }
+            (escaped & !backslash, odd)
+        }
+        let mut random = 0x0123_4567_89AB_CDEFu64;
+        let mut next = move || {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            random
+        };
+        let edges = [
+            0,
+            !0,
+            1,
+            1 << 63,
+            3 << 62,
+            EVEN,
+            !EVEN,
+            0x7fff_ffff_ffff_ffff,
+        ];
+        let mut words = edges.to_vec();
+        for _ in 0..2000 {
+            words.push(next() | next() >> 3);
+            words.push(next() & next() & next());
+        }
+        for backslash in words {
+            for carry in [false, true] {
+                let mut carried = carry;
+                let escaped = escaped_by_backslashes(backslash, &mut carried);
+                assert_eq!(
+                    (escaped, carried),
+                    by_runs(backslash, carry),
+                    "{backslash:064b}, carry {carry}"
                 );
             }
         }

@@ -453,6 +453,13 @@ impl<'a> Scanner<'a> {
         let bytes = self.text.as_bytes();
         let from = self.at;
         self.eat(b'"')?;
+        if let Some((end, escaped)) = self.index.and_then(|index| index.string_end(self.at)) {
+            self.at = end + 1;
+            return Some(Text {
+                literal: self.slice(from),
+                escaped,
+            });
+        }
         let mut at = self.at;
         let mut escaped = false;
         loop {
