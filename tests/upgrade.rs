@@ -98,10 +98,12 @@ async fn streaming_traffic(listen: SocketAddr, stop: Arc<AtomicBool>, tally: Arc
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_upgrade_loses_no_request() {
-    // Streams of 20 tokens 25 ms apart (~0.5 s) span the hand-over.
-    let engine = FakeEngine::start("e", &["--token-delay-ms", "25"]);
+/// A gateway's files in a new directory, on free ports: model `chat`
+/// routed to `engine`, and the test Pingora settings as `yaml` edits them.
+fn gateway_files(
+    engine: &FakeEngine,
+    yaml: impl FnOnce(String) -> String,
+) -> (tempfile::TempDir, SocketAddr, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -114,7 +116,19 @@ async fn graceful_upgrade_loses_no_request() {
         admin,
     );
     std::fs::write(dir.path().join("rolter.toml"), config).unwrap();
-    std::fs::write(dir.path().join("pingora.yaml"), pingora_yaml(dir.path())).unwrap();
+    std::fs::write(
+        dir.path().join("pingora.yaml"),
+        yaml(pingora_yaml(dir.path())),
+    )
+    .unwrap();
+    (dir, listen, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_upgrade_loses_no_request() {
+    // Streams of 20 tokens 25 ms apart (~0.5 s) span the hand-over.
+    let engine = FakeEngine::start("e", &["--token-delay-ms", "25"]);
+    let (dir, listen, admin) = gateway_files(&engine, |yaml| yaml);
 
     let mut old = spawn_serve(dir.path(), &[], false, "old gateway");
     wait_ready(&mut old, admin).await;
@@ -198,21 +212,9 @@ async fn graceful_upgrade_loses_no_request() {
 async fn a_fast_shutdown_exits_whichever_thread_stops_first() {
     let engine = FakeEngine::start("e", &[]);
     for round in 0..12 {
-        let dir = tempfile::tempdir().unwrap();
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let config = with_listeners(
-            &format!(
-                "{}[[routes]]\nmodel = \"chat\"\ntargets = [{{ provider = \"e\" }}]\n",
-                provider("e", &engine.url())
-            ),
-            listen,
-            admin,
-        );
-        std::fs::write(dir.path().join("rolter.toml"), config).unwrap();
-        let yaml = pingora_yaml(dir.path()).replace("threads: 2\n", "threads: 8\n")
-            + "listener_tasks_per_fd: 4\n";
-        std::fs::write(dir.path().join("pingora.yaml"), yaml).unwrap();
+        let (dir, listen, admin) = gateway_files(&engine, |yaml| {
+            yaml.replace("threads: 2\n", "threads: 8\n") + "listener_tasks_per_fd: 4\n"
+        });
 
         let mut gateway = spawn_serve(dir.path(), &[], false, "gateway");
         wait_ready(&mut gateway, admin).await;

@@ -287,7 +287,7 @@ fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
 const SHORT_ESCAPES: [u8; 8] = [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'];
 
 /// The quotes, backslashes and control characters among 16 bytes, a bit
-/// per byte each: the comparisons of [`super::plain_run::specials_16`],
+/// per byte each: the comparisons of `plain_run`'s `specials_16`,
 /// kept apart.
 #[inline(always)]
 fn string_bytes_16(bytes: &[u8; 16]) -> [u32; 3] {
@@ -314,6 +314,16 @@ fn string_bytes_16(bytes: &[u8; 16]) -> [u32; 3] {
 mod tests {
     use super::*;
 
+    /// A repeatable stream of pseudo-random words from `seed`.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     /// `body` received in pieces of the sizes `cuts` cycles through.
     fn received(body: &[u8], cuts: &[usize]) -> Result<Prescanned, Bytes> {
         let first = cuts[0].min(body.len());
@@ -334,13 +344,7 @@ mod tests {
 
     #[test]
     fn the_index_ends_every_plain_run_where_a_byte_by_byte_read_does() {
-        let mut random = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            random
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         for round in 0..300 {
             let len = (next() % 700) as usize;
             // Mostly plain text, with specials rare or dense by round.
@@ -389,13 +393,7 @@ mod tests {
 
     #[test]
     fn the_index_ends_every_string_where_a_byte_by_byte_read_does() {
-        let mut random = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            random
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut found = [0usize; 3];
         for round in 0..400 {
             let len = (next() % 900) as usize;
@@ -454,13 +452,7 @@ mod tests {
             }
             (escaped & !backslash, odd)
         }
-        let mut random = 0x0123_4567_89AB_CDEFu64;
-        let mut next = move || {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            random
-        };
+        let mut next = xorshift(0x0123_4567_89AB_CDEFu64);
         let edges = [
             0,
             !0,
