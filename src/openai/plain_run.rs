@@ -59,7 +59,7 @@ fn specials_sse2(block: &[u8; 32]) -> u32 {
 /// [`specials_sse2`] of 16 bytes (the low 16 bits).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn specials_16(bytes: &[u8; 16]) -> u32 {
+pub fn specials_16(bytes: &[u8; 16]) -> u32 {
     use std::arch::x86_64::{_mm_movemask_epi8, _mm_or_si128};
     let [quote, backslash, control] = compare_16(bytes);
     // SAFETY: SSE2 is part of every x86_64 processor.

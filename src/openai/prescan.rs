@@ -204,6 +204,19 @@ impl Block {
     /// is set to whether the next one's is.
     #[inline(always)]
     fn of(block: &[u8; BLOCK], carry: &mut bool) -> Self {
+        // Most blocks of a long prompt hold nothing a string stops at: one
+        // combined compare tells, and only the others are taken apart.
+        let mut specials = 0u64;
+        for (i, sixteen) in block.chunks_exact(16).enumerate() {
+            specials |= u64::from(specials_16(sixteen.try_into().expect("16 bytes"))) << (16 * i);
+        }
+        if specials == 0 && !*carry {
+            return Self {
+                specials,
+                ends: 0,
+                trouble: 0,
+            };
+        }
         let [mut quote, mut backslash, mut control] = [0u64; 3];
         for (i, sixteen) in block.chunks_exact(16).enumerate() {
             let [q, b, c] = string_bytes_16(sixteen.try_into().expect("16 bytes"));
@@ -223,8 +236,7 @@ impl Block {
             trouble |= escaped & !short;
         }
         Self {
-            // What `plain_run` stops at, by the same comparisons.
-            specials: quote | backslash | control,
+            specials,
             ends: quote & !escaped,
             trouble,
         }
@@ -285,6 +297,21 @@ fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
 
 /// What may follow a backslash, `u` aside.
 const SHORT_ESCAPES: [u8; 8] = [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'];
+
+/// The quotes, backslashes and control characters among 16 bytes, one bit
+/// per byte for any of them.
+#[inline(always)]
+fn specials_16(bytes: &[u8; 16]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::plain_run::specials_16(bytes)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let [quote, backslash, control] = string_bytes_16(bytes);
+        quote | backslash | control
+    }
+}
 
 /// The quotes, backslashes and control characters among 16 bytes, a bit
 /// per byte each: the comparisons of `plain_run`'s `specials_16`,
