@@ -25,52 +25,91 @@ pub(super) fn plain_end(text: &str, index: Option<&Prescanned>, at: usize) -> us
 /// escape of a surrogate is half of a pair.
 #[derive(Clone, Copy)]
 pub struct Escaped<'a> {
-    /// The whole body, so that the index's positions apply.
+    /// The whole body: a window may read past the literal.
     body: &'a str,
     from: usize,
     to: usize,
-    index: Option<&'a Prescanned>,
 }
 
 impl<'a> Escaped<'a> {
     /// The literal's text at `from..to` of `body` (quotes excluded), which
     /// the scanner checked as described on the type.
-    pub(super) fn checked(
-        body: &'a str,
-        from: usize,
-        to: usize,
-        index: Option<&'a Prescanned>,
-    ) -> Self {
-        Self {
-            body,
-            from,
-            to,
-            index,
-        }
+    pub(super) fn checked(body: &'a str, from: usize, to: usize) -> Self {
+        Self { body, from, to }
     }
 
     /// The decoded text, handed to `sink` in order and in pieces that
     /// each end on a character boundary: plain runs as they stand (a long
     /// one whole), escapes decoded and gathered with the short runs
     /// around them.
+    ///
+    /// The text is walked 64 bytes at a time by its backslashes, a bit per
+    /// byte: the next escape is the lowest bit left, so finding it does not
+    /// wait on the escape before it, and a document's escapes a few words
+    /// apart decode at the pace of their copies rather than one lookup
+    /// after another.
     pub fn decode(&self, mut sink: impl FnMut(&str)) {
         let bytes = self.body.as_bytes();
         let mut gathered = Gathered::for_text(self.to - self.from);
+        // The next byte to hand on: past the last escape.
         let mut at = self.from;
-        loop {
-            let run = plain_end(self.body, self.index, at).min(self.to);
-            if run - at >= GATHER {
-                gathered.flush(&mut sink);
-                sink(&self.body[at..run]);
-            } else {
-                gathered.push_run(bytes, at, run, &mut sink);
+        let mut block = self.from;
+        while block < self.to {
+            let mut bits = backslashes(bytes, block);
+            if self.to - block < 64 {
+                bits &= (1 << (self.to - block)) - 1;
             }
-            if run == self.to {
-                break;
+            while bits != 0 {
+                let escape = block + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                // A backslash that the one before it escapes, or a low
+                // surrogate's, taken with its pair.
+                if escape < at {
+                    continue;
+                }
+                gathered.push_plain(self.body, at, escape, &mut sink);
+                at = escape + gathered.push_escape(&bytes[escape..]);
             }
-            at = run + gathered.push_escape(&bytes[run..]);
+            block += 64;
         }
+        gathered.push_plain(self.body, at, self.to, &mut sink);
         gathered.flush(&mut sink);
+    }
+}
+
+/// The backslashes among the 64 bytes of `bytes` from `at` (fewer at its
+/// end), a bit per byte.
+#[inline(always)]
+fn backslashes(bytes: &[u8], at: usize) -> u64 {
+    match bytes.get(at..at + 64) {
+        Some(block) => block
+            .chunks_exact(16)
+            .enumerate()
+            .fold(0, |bits, (i, sixteen)| {
+                let sixteen = sixteen.try_into().expect("16 bytes");
+                bits | u64::from(backslashes_16(sixteen)) << (16 * i)
+            }),
+        None => bytes[at..]
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, &byte)| bits | u64::from(byte == b'\\') << i),
+    }
+}
+
+/// The backslashes among 16 bytes, a bit per byte.
+#[inline(always)]
+fn backslashes_16(bytes: &[u8; 16]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let [_, backslash, _] = super::plain_run::string_bytes_sse2(bytes);
+        backslash
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        bytes
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, &byte)| bits | u32::from(byte == b'\\') << i)
     }
 }
 
@@ -99,14 +138,19 @@ impl Gathered {
         }
     }
 
-    /// Appends `bytes[at..run]`, a plain run shorter than a piece, handing
-    /// what was gathered to `sink` first when the run would not fit.
+    /// Appends `body[at..run]`, a plain run: gathered when it is shorter
+    /// than a piece, else handed on whole after what was gathered.
     #[inline(always)]
-    fn push_run(&mut self, bytes: &[u8], at: usize, run: usize, sink: &mut impl FnMut(&str)) {
+    fn push_plain(&mut self, body: &str, at: usize, run: usize, sink: &mut impl FnMut(&str)) {
         let len = run - at;
-        if self.len + len > GATHER {
+        if len >= GATHER || self.len + len > GATHER {
             self.flush(sink);
+            if len >= GATHER {
+                sink(&body[at..run]);
+                return;
+            }
         }
+        let bytes = body.as_bytes();
         // The window may copy bytes past the run; what it wrote past
         // `len` is overwritten by what comes next, or never read.
         match bytes.get(at..at + WINDOW) {
@@ -207,24 +251,15 @@ pub(super) fn hex4(digits: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
-    use crate::openai::prescan::Prescan;
 
-    /// `text`'s pieces, decoded from a body that is the literal alone, with
-    /// and without the prescan's index.
-    fn pieces(text: &str) -> [Vec<String>; 2] {
+    /// `text`'s pieces, decoded from a body that is the literal alone.
+    fn pieces(text: &str) -> Vec<String> {
         let literal = format!("\"{text}\"");
-        let prescanned = Prescan::with_pieces(literal.len(), &[Bytes::from(literal.clone())])
-            .finish()
-            .expect("UTF-8");
-        [None, Some(&prescanned)].map(|index| {
-            let mut pieces = Vec::new();
-            Escaped::checked(&literal, 1, literal.len() - 1, index)
-                .decode(|piece| pieces.push(piece.to_owned()));
-            pieces
-        })
+        let mut pieces = Vec::new();
+        Escaped::checked(&literal, 1, literal.len() - 1)
+            .decode(|piece| pieces.push(piece.to_owned()));
+        pieces
     }
 
     #[test]
@@ -238,10 +273,9 @@ mod tests {
             "caf\u{e9} \u{1F600}\\n".repeat(3000),
         ] {
             let expected: String = serde_json::from_str(&format!("\"{text}\"")).expect("valid");
-            for pieces in pieces(&text) {
-                assert_eq!(pieces.concat(), expected);
-                assert!(pieces.iter().all(|piece| !piece.is_empty()));
-            }
+            let pieces = pieces(&text);
+            assert_eq!(pieces.concat(), expected);
+            assert!(pieces.iter().all(|piece| !piece.is_empty()));
         }
     }
 
@@ -279,28 +313,26 @@ mod tests {
             let expected: String = serde_json::from_str(&format!("\"{text}\"")).expect("valid");
             for tail in ["", "}]} and more than a window's worth of bytes after it"] {
                 let body = format!("\"{text}\"{tail}");
-                let prescanned = Prescan::with_pieces(body.len(), &[Bytes::from(body.clone())])
-                    .finish()
-                    .expect("UTF-8");
-                for index in [None, Some(&prescanned)] {
-                    let mut decoded = String::new();
-                    Escaped::checked(&body, 1, text.len() + 1, index)
-                        .decode(|piece| decoded.push_str(piece));
-                    assert_eq!(decoded, expected, "round {round}, tail {tail:?}");
-                }
+                let mut decoded = String::new();
+                Escaped::checked(&body, 1, text.len() + 1).decode(|piece| decoded.push_str(piece));
+                assert_eq!(decoded, expected, "round {round}, tail {tail:?}");
             }
         }
     }
 
     #[test]
     fn short_runs_are_gathered_and_a_long_one_handed_on_whole() {
-        for pieces in pieces(&"word\\n".repeat(20_000)) {
-            assert!(pieces.len() > 1, "{} bytes in one piece", pieces[0].len());
-            assert!(pieces.iter().all(|piece| piece.len() <= GATHER + 4));
-        }
+        let gathered = pieces(&"word\\n".repeat(20_000));
+        assert!(
+            gathered.len() > 1,
+            "{} bytes in one piece",
+            gathered[0].len()
+        );
+        assert!(gathered.iter().all(|piece| piece.len() <= GATHER + 4));
         let long_run = "b".repeat(3 * GATHER);
-        for pieces in pieces(&format!("a\\n{long_run}\\tc")) {
-            assert_eq!(pieces, ["a\n", long_run.as_str(), "\tc"]);
-        }
+        assert_eq!(
+            pieces(&format!("a\\n{long_run}\\tc")),
+            ["a\n", long_run.as_str(), "\tc"]
+        );
     }
 }

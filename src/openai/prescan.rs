@@ -228,12 +228,13 @@ impl Block {
         let mut escaped = 0;
         if backslash != 0 || *carry {
             escaped = escaped_by_backslashes(backslash, carry);
-            let mut short = 0;
-            for (i, sixteen) in block.chunks_exact(16).enumerate() {
-                let sixteen = sixteen.try_into().expect("16 bytes");
-                short |= u64::from(short_escapes_16(sixteen)) << (16 * i);
+            // A block holds a few escapes, each looked up on its own.
+            let mut bits = escaped;
+            while bits != 0 {
+                let at = bits.trailing_zeros();
+                bits &= bits - 1;
+                trouble |= u64::from(!SHORT_ESCAPE[usize::from(block[at as usize])]) << at;
             }
-            trouble |= escaped & !short;
         }
         Self {
             specials,
@@ -266,37 +267,18 @@ fn escaped_by_backslashes(all_backslashes: u64, carry: &mut bool) -> u64 {
     (carried | (after_even_starts & !EVEN) | (after_odd_starts & EVEN)) & !all_backslashes
 }
 
-/// The bytes among 16 that may follow a backslash as one of JSON's short
-/// escapes (`"\\/bfnrt`), a bit per byte.
-#[inline(always)]
-fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
-        };
-        // SAFETY: SSE2 is part of every x86_64 processor, and the load
-        // reads, unaligned, exactly the 16 bytes `bytes` borrows.
-        unsafe {
-            let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
-            let found = SHORT_ESCAPES
-                .iter()
-                .map(|&byte| _mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8)))
-                .fold(_mm_set1_epi8(0), |all, one| _mm_or_si128(all, one));
-            _mm_movemask_epi8(found) as u32
-        }
+/// Whether a byte may follow a backslash as one of JSON's short escapes
+/// (`"\\/bfnrt`); `u` is not, for a closer look.
+const SHORT_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let short = *b"\"\\/bfnrt";
+    let mut i = 0;
+    while i < short.len() {
+        table[short[i] as usize] = true;
+        i += 1;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        bytes.iter().enumerate().fold(0, |bits, (i, byte)| {
-            bits | u32::from(SHORT_ESCAPES.contains(byte)) << i
-        })
-    }
-}
-
-/// What may follow a backslash, `u` aside.
-const SHORT_ESCAPES: [u8; 8] = [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'];
+    table
+};
 
 /// The quotes, backslashes and control characters among 16 bytes, one bit
 /// per byte for any of them.

@@ -358,7 +358,6 @@ impl<'a> Scanner<'a> {
                         self.text,
                         self.at - text.literal.len() + 1,
                         self.at - 1,
-                        self.index,
                     )),
                 }))
             }
