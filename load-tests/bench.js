@@ -33,6 +33,9 @@
 //   CHAT_TOKENS   max_tokens of a chat completion          16
 //   STREAM_TOKENS max_tokens of a stream                   50
 //   BODY_BYTES    request body size (large)                262144
+//   PROMPT        words | document: the large body's prompt  words
+//                 (document: lines with quotations, so the JSON
+//                 body has `\n` and `\"` escapes every ~13 bytes)
 //   SUMMARY_PATH  where the JSON summary goes              (required)
 
 import http from 'k6/http';
@@ -61,6 +64,10 @@ const MAX_VUS = intParam('MAX_VUS', Math.max(50, Math.ceil(RATE / 4)));
 const CHAT_TOKENS = intParam('CHAT_TOKENS', 16);
 const STREAM_TOKENS = intParam('STREAM_TOKENS', 50);
 const BODY_BYTES = intParam('BODY_BYTES', 262144);
+const PROMPT = param('PROMPT', 'words');
+if (PROMPT !== 'words' && PROMPT !== 'document') {
+  throw new Error(`PROMPT must be words or document, got "${PROMPT}"`);
+}
 const SUMMARY_PATH = param('SUMMARY_PATH', '');
 if (!SUMMARY_PATH) {
   throw new Error('SUMMARY_PATH is required');
@@ -81,12 +88,22 @@ function chatBody(stream, tokens, text) {
 }
 
 // A prompt of ordinary words, so the engine's tokenizer and rolter's prompt
-// extraction see text like a real one; built once per VU.
+// extraction see text like a real one, or a document's lines, whose newlines
+// and quotation marks the JSON body carries as escapes; built once per VU.
 function paddedBody(bytes) {
   const head = chatBody(false, 1, '');
   const room = Math.max(0, bytes - head.length);
-  const word = 'lorem ipsum dolor sit amet consectetur ';
-  let text = word.repeat(Math.ceil(room / word.length)).slice(0, room);
+  let text;
+  if (PROMPT === 'document') {
+    const line = 'The committee said "yes" to the plan.\n';
+    // What one line takes in the body, escapes included.
+    const encoded = JSON.stringify(line).length - 2;
+    const lines = Math.floor(room / encoded);
+    text = line.repeat(lines) + 'x'.repeat(room - lines * encoded);
+  } else {
+    const word = 'lorem ipsum dolor sit amet consectetur ';
+    text = word.repeat(Math.ceil(room / word.length)).slice(0, room);
+  }
   const body = chatBody(false, 1, text);
   if (body.length !== bytes && room > 0) {
     throw new Error(`padded body is ${body.length} bytes, wanted ${bytes}`);

@@ -174,23 +174,26 @@ def targets(rows: list[dict], plan) -> list[dict]:
     else:
         add("an open stream at most 24 KiB", None, "not measured")
 
-    r, n = find(rows, "large-4m", ROLTER), find(rows, "large-4m", NGINX)
-    if r and n and r.get("added_p50") is not None and r.get("cpu_us") and n.get("cpu_us"):
-        cpu_ratio = r["cpu_us"] / n["cpu_us"]
-        add(
-            "a 4 MiB request: proxy CPU at most 2x nginx's",
-            cpu_ratio <= 2.0,
-            f"rolter {r['cpu_us'] / 1000:.2f} ms vs nginx {n['cpu_us'] / 1000:.2f} ms ({cpu_ratio:.2f}x)",
-        )
-        add(
-            "a 4 MiB request: time added over direct at most nginx's + 1 ms",
-            r["added_p50"] <= n["added_p50"] + 1.0,
-            f"added p50 rolter {fmt_ms(r['added_p50'], signed=True)} vs nginx "
-            f"{fmt_ms(n['added_p50'], signed=True)}; whole request p50 {fmt_ms(r['p50'])} vs {fmt_ms(n['p50'])}",
-        )
-    else:
-        add("a 4 MiB request: proxy CPU at most 2x nginx's", None, "not measured")
-        add("a 4 MiB request: time added over direct at most nginx's + 1 ms", None, "not measured")
+    # The benchmark's prompt of plain words, and a document's, whose escapes
+    # the gateway decodes: the target holds for both.
+    for scenario, what in (("large-4m", "a 4 MiB request"), ("large-4m-doc", "a 4 MiB document")):
+        r, n = find(rows, scenario, ROLTER), find(rows, scenario, NGINX)
+        if r and n and r.get("added_p50") is not None and r.get("cpu_us") and n.get("cpu_us"):
+            cpu_ratio = r["cpu_us"] / n["cpu_us"]
+            add(
+                f"{what}: proxy CPU at most 2x nginx's",
+                cpu_ratio <= 2.0,
+                f"rolter {r['cpu_us'] / 1000:.2f} ms vs nginx {n['cpu_us'] / 1000:.2f} ms ({cpu_ratio:.2f}x)",
+            )
+            add(
+                f"{what}: time added over direct at most nginx's + 1 ms",
+                r["added_p50"] <= n["added_p50"] + 1.0,
+                f"added p50 rolter {fmt_ms(r['added_p50'], signed=True)} vs nginx "
+                f"{fmt_ms(n['added_p50'], signed=True)}; whole request p50 {fmt_ms(r['p50'])} vs {fmt_ms(n['p50'])}",
+            )
+        elif scenario == "large-4m":
+            add(f"{what}: proxy CPU at most 2x nginx's", None, "not measured")
+            add(f"{what}: time added over direct at most nginx's + 1 ms", None, "not measured")
 
     r, n = find(rows, "latency", ROLTER), find(rows, "latency", NGINX)
     if r and n and r.get("added_p50") is not None:

@@ -15,6 +15,9 @@ latency percentiles, failures) so the report can put them in one table.
   large-256k, large-4m
               k6 MODE=large, one request at a time, so the time per request
               is the body's trip and nothing queues.
+  large-4m-doc
+              the same with a document's lines for a prompt: its JSON has a
+              `\n` or `\"` escape every ~13 bytes, as a pasted file has.
   streams-10k `sse_clients.py hold`: 10,000 streams open at once (or as many
               as the descriptor limit allows), the proxy's memory at the peak.
   idle-10k    `sse_clients.py idle`: as many keep-alive connections, each
@@ -513,6 +516,16 @@ def scenarios(plan: Plan) -> list[Scenario]:
                 f"{label} request body, one at a time",
                 "request", "fast", ["direct", "nginx", *variants_large, "rolter"],
                 measure_k6("large", lambda p, s=size: {"VUS": 1, "BODY_BYTES": s},
+                           lambda p: p.duration_s),
+            )
+        )
+    if 4 << 20 in plan.large_sizes:
+        out.append(
+            Scenario(
+                "large-4m-doc",
+                "4 MiB request body, a document's lines (an escape every ~13 bytes), one at a time",
+                "request", "fast", ["direct", "nginx", "rolter"],
+                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": 4 << 20, "PROMPT": "document"},
                            lambda p: p.duration_s),
             )
         )

@@ -81,6 +81,9 @@ WORKLOADS = {
                     50, {"MODE": "stream", "VUS": 1000, "STREAM_TOKENS": 80}, "stream"),
     "large-4m": Workload("large-4m", "4 MiB request bodies, one at a time (compare.py `large-4m`)",
                          0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304}, "request"),
+    "large-4m-doc": Workload("large-4m-doc", "4 MiB documents, one at a time (compare.py `large-4m-doc`)",
+                             0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304, "PROMPT": "document"},
+                             "request"),
 }
 
 
