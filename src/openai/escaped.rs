@@ -3,22 +3,9 @@
 //! (its digest and bounded routing text); decoding it into a string of its
 //! own first would copy megabytes into fresh pages for nothing.
 
-use super::plain_run::plain_run;
-use super::prescan::Prescanned;
-
 /// Decoded text is handed on in pieces of about this size: large enough
 /// for the digest to hash in bulk, small enough to stay in cache.
 const GATHER: usize = 16 * 1024;
-
-/// Where the plain run of a string that starts at `at` in `text` ends: at
-/// a quote, a backslash, a control character or the end. Through the
-/// prescan's index when the body has one.
-pub(super) fn plain_end(text: &str, index: Option<&Prescanned>, at: usize) -> usize {
-    match index {
-        Some(index) => index.plain_end(at),
-        None => at + plain_run(&text.as_bytes()[at..]),
-    }
-}
 
 /// The text between a string literal's quotes, with escapes that
 /// `Scanner::string` checked: each is one of JSON's, and every `\u`
@@ -166,7 +153,7 @@ impl Gathered {
     /// stands for; returns the escape's length.
     #[inline(always)]
     fn push_escape(&mut self, escape: &[u8]) -> usize {
-        match SHORT[usize::from(escape[1])] {
+        match SHORT_ESCAPES[usize::from(escape[1])] {
             0 => {
                 let (decoded, len) = unescape_unicode(escape);
                 let end = self.len + decoded.len_utf8();
@@ -198,9 +185,9 @@ impl Gathered {
     }
 }
 
-/// What each byte after a backslash stands for in a short escape, 0 for
-/// `u` (and for what the scanner refused).
-const SHORT: [u8; 256] = {
+/// What each byte after a backslash stands for in one of JSON's short
+/// escapes (`"\\/bfnrt`); 0 for any other, `u` among them.
+pub(super) const SHORT_ESCAPES: [u8; 256] = {
     let mut table = [0; 256];
     let pairs = [
         (b'"', b'"'),

@@ -21,6 +21,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::escaped::SHORT_ESCAPES;
 use super::plain_run::plain_run;
 
 /// The bytes an index word covers.
@@ -233,7 +234,7 @@ impl Block {
             while bits != 0 {
                 let at = bits.trailing_zeros();
                 bits &= bits - 1;
-                trouble |= u64::from(!SHORT_ESCAPE[usize::from(block[at as usize])]) << at;
+                trouble |= u64::from(SHORT_ESCAPES[usize::from(block[at as usize])] == 0) << at;
             }
         }
         Self {
@@ -266,19 +267,6 @@ fn escaped_by_backslashes(all_backslashes: u64, carry: &mut bool) -> u64 {
     *carry = overflow;
     (carried | (after_even_starts & !EVEN) | (after_odd_starts & EVEN)) & !all_backslashes
 }
-
-/// Whether a byte may follow a backslash as one of JSON's short escapes
-/// (`"\\/bfnrt`); `u` is not, for a closer look.
-const SHORT_ESCAPE: [bool; 256] = {
-    let mut table = [false; 256];
-    let short = *b"\"\\/bfnrt";
-    let mut i = 0;
-    while i < short.len() {
-        table[short[i] as usize] = true;
-        i += 1;
-    }
-    table
-};
 
 /// The quotes, backslashes and control characters among 16 bytes, one bit
 /// per byte for any of them.

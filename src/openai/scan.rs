@@ -25,7 +25,8 @@
 use std::borrow::Cow;
 
 use super::envelope::Envelope;
-use super::escaped::{hex4, plain_end, Escaped};
+use super::escaped::{hex4, Escaped};
+use super::plain_run::plain_run;
 use super::prescan::Prescanned;
 use super::raw::Raw;
 use super::turns::{text, Content, Turn, Turns};
@@ -445,6 +446,16 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
+    /// Where the plain run of a string from `at` ends: at a quote, a
+    /// backslash, a control character or the end. Through the prescan's
+    /// index when the body has one.
+    fn plain_end(&self, at: usize) -> usize {
+        match self.index {
+            Some(index) => index.plain_end(at),
+            None => at + plain_run(&self.text.as_bytes()[at..]),
+        }
+    }
+
     /// A string literal: no control characters, only JSON's escapes, and
     /// no surrogate escape that is not half of a pair (serde refuses those
     /// where it decodes the string, so the scanner leaves them to it).
@@ -462,7 +473,7 @@ impl<'a> Scanner<'a> {
         let mut at = self.at;
         let mut escaped = false;
         loop {
-            at = plain_end(self.text, self.index, at);
+            at = self.plain_end(at);
             match *bytes.get(at)? {
                 b'"' => {
                     self.at = at + 1;
