@@ -3,13 +3,15 @@
 //! document whose lines and quotes are escapes every ~30 bytes. For the
 //! large bodies, the prescan (which runs while the body arrives, piece by
 //! piece) is measured apart from the read after the last byte, which is
-//! what adds to the request's time.
+//! what adds to the request's time: with the conversation's digest, as a
+//! consistent-hash route reads it, and without (`no_digest`), as every
+//! other strategy's route does.
 
 use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rolter::openai::{parse_prescanned, parse_request, Endpoint, Prescan};
+use rolter::openai::{parse_prescanned, parse_request, read_prescanned, Digest, Endpoint, Prescan};
 
 const LARGE: usize = 4 << 20;
 /// Pingora hands a large upload over in pieces of about this size.
@@ -64,6 +66,13 @@ fn read(c: &mut Criterion) {
         group.bench_function(format!("{name}_4m/after_last_byte"), |b| {
             b.iter(|| {
                 parse_prescanned(Endpoint::ChatCompletions, black_box(&ready)).expect("valid")
+            })
+        });
+        group.bench_function(format!("{name}_4m/after_last_byte_no_digest"), |b| {
+            b.iter(|| {
+                read_prescanned(Endpoint::ChatCompletions, black_box(&ready))
+                    .expect("valid")
+                    .parse(Digest::Skipped)
             })
         });
     }

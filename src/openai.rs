@@ -20,12 +20,13 @@ mod token_ids;
 mod turns;
 pub mod usage;
 
-pub use conversation::Conversation;
+pub use conversation::{Conversation, Digest};
 pub use form::form_boundary;
 pub use prescan::{Prescan, Prescanned};
 pub use request::{
-    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, text_spans,
-    ModelLiteral, ParsedRequest, RequestError, Splice, TextSpans,
+    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, read_prescanned,
+    read_request, text_spans, ModelLiteral, ParsedRequest, RequestEnvelope, RequestError, Splice,
+    TextSpans,
 };
 pub use token_ids::{parse_token_ids, TOKEN_IDS_HEADER};
 

@@ -164,6 +164,38 @@ async fn consistent_hash_keeps_a_session_on_one_target() {
     );
 }
 
+/// Without a session key the ring is keyed by the conversation's digest,
+/// which covers all of it: conversations that share their first 32 KiB
+/// (the routing text) and differ only after, in escaped lines, spread
+/// over the targets, and each one comes back to its own.
+#[tokio::test]
+async fn consistent_hash_without_a_session_keys_on_the_whole_conversation() {
+    let (a, b, c) = (
+        FakeEngine::start("a", &["--max-model-len", "1048576"]),
+        FakeEngine::start("b", &["--max-model-len", "1048576"]),
+        FakeEngine::start("c", &["--max-model-len", "1048576"]),
+    );
+    let gateway = Gateway::start(&three_engine_route(&a, &b, &c, "consistent_hash")).await;
+    let shared = "The committee said \"yes\" to the plan.\n".repeat(1200);
+    assert!(shared.len() > 40 * 1024);
+    let mut seen = HashMap::new();
+    for conversation in 0..12 {
+        let content = format!("{shared}and then item {conversation}\n");
+        for _ in 0..2 {
+            let response = gateway.chat("chat", &content).await;
+            assert_eq!(response.status(), 200);
+            let target = served_by(&response);
+            let first = seen.entry(conversation).or_insert_with(|| target.clone());
+            assert_eq!(*first, target, "conversation {conversation} moved");
+        }
+    }
+    let distinct: std::collections::HashSet<_> = seen.values().collect();
+    assert!(
+        distinct.len() >= 2,
+        "12 conversations that differ past 32 KiB all on one target: {seen:?}"
+    );
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }

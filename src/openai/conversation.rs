@@ -7,17 +7,35 @@
 //! not the bytes) of images, audio, tool calls and tool results, so two
 //! conversations that differ only past the cap, or only in an image, still
 //! digest differently.
+//!
+//! Only a strategy that hashes the conversation reads the digest
+//! (`StrategyKind::reads_prompt_digest`), and the digest needs every byte
+//! decoded. For any other route the conversation is read without it
+//! ([`Digest::Skipped`]): an escaped string is decoded only as far as the
+//! bounded text reaches, and the rest is counted, not decoded.
 
 use rolter_balancer::{bound_prompt, RouteContext};
 use xxhash_rust::xxh3::Xxh3;
 
+use super::escaped::Escaped;
+
 /// Separates turns in the text (and the digest), so "ab" + "c" ≠ "a" + "bc".
 const TURN_SEPARATOR: &str = "\n";
+
+/// Whether a conversation's digest is worked out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Digest {
+    /// The route's strategy hashes the conversation.
+    Kept,
+    /// Nothing reads it: the digest is 0, as for a request with no
+    /// conversation, and the text past the bound is only counted.
+    Skipped,
+}
 
 pub struct Conversation {
     text: String,
     len: usize,
-    digest: Xxh3,
+    digest: Option<Xxh3>,
 }
 
 impl Default for Conversation {
@@ -28,31 +46,54 @@ impl Default for Conversation {
 
 impl Conversation {
     pub fn new() -> Self {
-        Self::with_capacity(0)
+        Self::with_capacity(0, Digest::Kept)
     }
 
     /// Room for `hint` bytes of text, at most the bound: a conversation
     /// pushed piece by piece (role, separator, text, per turn) otherwise
     /// grows its buffer several times per request.
-    pub fn with_capacity(hint: usize) -> Self {
+    pub fn with_capacity(hint: usize, digest: Digest) -> Self {
         Self {
             text: String::with_capacity(hint.min(RouteContext::MAX_PROMPT_BYTES)),
             len: 0,
-            digest: Xxh3::new(),
+            digest: (digest == Digest::Kept).then(Xxh3::new),
         }
     }
 
     /// Appends text that belongs to the conversation.
     pub fn push_text(&mut self, text: &str) {
-        // Once a push was cut (at the bound, or short of it on a character
-        // boundary), nothing later may follow: the text must stay the
-        // conversation's beginning, not skip ahead.
-        let whole = self.text.len() == self.len;
+        let room = self.room();
         self.len += text.len();
-        self.digest.update(text.as_bytes());
-        let room = RouteContext::MAX_PROMPT_BYTES.saturating_sub(self.text.len());
-        if whole && room > 0 {
+        if let Some(digest) = &mut self.digest {
+            digest.update(text.as_bytes());
+        }
+        if room > 0 {
             self.text.push_str(bound_prompt(text, room));
+        }
+    }
+
+    /// Appends a string with escapes: decoded whole when the digest is
+    /// kept, else decoded as far as the text has room and counted past it.
+    pub fn push_escaped(&mut self, text: &Escaped<'_>) {
+        if self.digest.is_some() {
+            return text.decode(|piece| self.push_text(piece));
+        }
+        let rest = match self.room() {
+            0 => *text,
+            room => text.decode_some(room, |piece| self.push_text(piece)),
+        };
+        self.len += rest.decoded_len();
+    }
+
+    /// How many more bytes the text takes: none once a push was cut (at
+    /// the bound, or short of it on a character boundary), since nothing
+    /// later may follow; the text must stay the conversation's beginning,
+    /// not skip ahead.
+    fn room(&self) -> usize {
+        if self.text.len() == self.len {
+            RouteContext::MAX_PROMPT_BYTES.saturating_sub(self.text.len())
+        } else {
+            0
         }
     }
 
@@ -73,22 +114,30 @@ impl Conversation {
     /// Records something by identity only (an image, a tool call): it changes
     /// the digest but adds no routing text.
     pub fn push_identity(&mut self, kind: &str, bytes: &[u8]) {
-        self.digest.update(kind.as_bytes());
-        self.digest
-            .update(&xxhash_rust::xxh3::xxh3_64(bytes).to_le_bytes());
+        if let Some(digest) = &mut self.digest {
+            digest.update(kind.as_bytes());
+            digest.update(&xxhash_rust::xxh3::xxh3_64(bytes).to_le_bytes());
+        }
     }
 
     /// Records token ids (a tokenized prompt): digest only.
     pub fn push_token_ids(&mut self, ids: &[u32]) {
-        self.digest.update(b"tokens");
-        for id in ids {
-            self.digest.update(&id.to_le_bytes());
+        if let Some(digest) = &mut self.digest {
+            digest.update(b"tokens");
+            for id in ids {
+                digest.update(&id.to_le_bytes());
+            }
         }
     }
 
-    /// Bounded text, whole length, digest.
+    /// Whether the digest is kept.
+    pub fn digests(&self) -> bool {
+        self.digest.is_some()
+    }
+
+    /// Bounded text, whole length, digest (0 when skipped).
     pub fn finish(self) -> (String, usize, u64) {
-        (self.text, self.len, self.digest.digest())
+        (self.text, self.len, self.digest.map_or(0, |d| d.digest()))
     }
 }
 

@@ -29,19 +29,32 @@ impl<'a> Escaped<'a> {
     /// each end on a character boundary: plain runs as they stand (a long
     /// one whole), escapes decoded and gathered with the short runs
     /// around them.
+    pub fn decode(&self, sink: impl FnMut(&str)) {
+        self.decode_some(usize::MAX, sink);
+    }
+
+    /// [`decode`](Self::decode) of the text's beginning, at least `want`
+    /// bytes of it once decoded (or all of it); returns the rest, not
+    /// decoded. A route that reads only the conversation's first bytes
+    /// and its length decodes no more than those bytes and counts the
+    /// rest ([`decoded_len`](Self::decoded_len)).
     ///
     /// The text is walked 64 bytes at a time by its backslashes, a bit per
     /// byte: the next escape is the lowest bit left, so finding it does not
     /// wait on the escape before it, and a document's escapes a few words
     /// apart decode at the pace of their copies rather than one lookup
     /// after another.
-    pub fn decode(&self, mut sink: impl FnMut(&str)) {
+    pub fn decode_some(&self, want: usize, mut sink: impl FnMut(&str)) -> Escaped<'a> {
         let bytes = self.body.as_bytes();
         let mut gathered = Gathered::for_text(self.to - self.from);
         // The next byte to hand on: past the last escape.
         let mut at = self.from;
         let mut block = self.from;
         while block < self.to {
+            if gathered.decoded() >= want {
+                gathered.flush(&mut sink);
+                return Self { from: at, ..*self };
+            }
             let mut bits = backslashes(bytes, block);
             if self.to - block < 64 {
                 bits &= (1 << (self.to - block)) - 1;
@@ -61,6 +74,60 @@ impl<'a> Escaped<'a> {
         }
         gathered.push_plain(self.body, at, self.to, &mut sink);
         gathered.flush(&mut sink);
+        Self {
+            from: self.to,
+            ..*self
+        }
+    }
+
+    /// The length of the decoded text, counted without decoding it: the
+    /// literal's length less what each escape saves. A block of 64 bytes
+    /// whose escapes are all short ones, none escaping a backslash, saves
+    /// a byte per backslash, counted in one go; a document's `\n` and
+    /// `\"` are that case.
+    pub fn decoded_len(&self) -> usize {
+        let bytes = self.body.as_bytes();
+        let mut len = self.to - self.from;
+        // Past the last escape counted one by one.
+        let mut at = self.from;
+        let mut block = self.from;
+        while block < self.to {
+            let (mut bits, mut unicode) = backslashes_and_us(bytes, block);
+            if self.to - block < 64 {
+                let within = (1 << (self.to - block)) - 1;
+                bits &= within;
+                unicode &= within;
+            }
+            // Each backslash starts a two-byte escape that ends in this
+            // block: none follows another (`\\`), none is the block's
+            // last byte, none is a `\u`, and none was taken by an escape
+            // of the block before.
+            let short_only =
+                at <= block && bits & (bits << 1 | 1 << 63) == 0 && (bits << 1) & unicode == 0;
+            if short_only {
+                len -= bits.count_ones() as usize;
+            } else {
+                while bits != 0 {
+                    let escape = block + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if escape < at {
+                        continue;
+                    }
+                    let (decoded, escape_len) = match SHORT_ESCAPES[usize::from(bytes[escape + 1])]
+                    {
+                        0 => {
+                            let (decoded, escape_len) = unescape_unicode(&bytes[escape..]);
+                            (decoded.len_utf8(), escape_len)
+                        }
+                        _ => (1, 2),
+                    };
+                    len -= escape_len - decoded;
+                    at = escape + escape_len;
+                }
+            }
+            block += 64;
+        }
+        len
     }
 }
 
@@ -68,35 +135,31 @@ impl<'a> Escaped<'a> {
 /// end), a bit per byte.
 #[inline(always)]
 fn backslashes(bytes: &[u8], at: usize) -> u64 {
+    bits_of(bytes, at, b'\\')
+}
+
+/// [`backslashes`], and the `u`s of `\u` escapes among the same bytes.
+#[inline(always)]
+fn backslashes_and_us(bytes: &[u8], at: usize) -> (u64, u64) {
+    (bits_of(bytes, at, b'\\'), bits_of(bytes, at, b'u'))
+}
+
+/// Where `byte` is among the 64 bytes of `bytes` from `at` (fewer at its
+/// end), a bit per byte.
+#[inline(always)]
+fn bits_of(bytes: &[u8], at: usize, byte: u8) -> u64 {
     match bytes.get(at..at + 64) {
         Some(block) => block
             .chunks_exact(16)
             .enumerate()
             .fold(0, |bits, (i, sixteen)| {
                 let sixteen = sixteen.try_into().expect("16 bytes");
-                bits | u64::from(backslashes_16(sixteen)) << (16 * i)
+                bits | u64::from(super::plain_run::equal_16(sixteen, byte)) << (16 * i)
             }),
         None => bytes[at..]
             .iter()
             .enumerate()
-            .fold(0, |bits, (i, &byte)| bits | u64::from(byte == b'\\') << i),
-    }
-}
-
-/// The backslashes among 16 bytes, a bit per byte.
-#[inline(always)]
-fn backslashes_16(bytes: &[u8; 16]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let [_, backslash, _] = super::plain_run::string_bytes_sse2(bytes);
-        backslash
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        bytes
-            .iter()
-            .enumerate()
-            .fold(0, |bits, (i, &byte)| bits | u32::from(byte == b'\\') << i)
+            .fold(0, |bits, (i, &each)| bits | u64::from(each == byte) << i),
     }
 }
 
@@ -110,6 +173,8 @@ const WINDOW: usize = 32;
 struct Gathered {
     buffer: Vec<u8>,
     len: usize,
+    /// Bytes handed on so far.
+    handed: usize,
 }
 
 impl Gathered {
@@ -122,7 +187,13 @@ impl Gathered {
         Self {
             buffer: vec![0; len.min(GATHER) + WINDOW],
             len: 0,
+            handed: 0,
         }
+    }
+
+    /// Bytes decoded so far: handed on or gathered.
+    fn decoded(&self) -> usize {
+        self.handed + self.len
     }
 
     /// Appends `body[at..run]`, a plain run: gathered when it is shorter
@@ -134,6 +205,7 @@ impl Gathered {
             self.flush(sink);
             if len >= GATHER {
                 sink(&body[at..run]);
+                self.handed += len;
                 return;
             }
         }
@@ -181,6 +253,7 @@ impl Gathered {
             Ok(text) => sink(text),
             Err(_) => sink(&String::from_utf8_lossy(&self.buffer[..self.len])),
         }
+        self.handed += self.len;
         self.len = 0;
     }
 }
@@ -281,6 +354,8 @@ mod tests {
             r"\u4e2d",
             "é",
             "中",
+            "u",
+            r"\\u",
         ];
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = |bound: usize| {
@@ -300,9 +375,32 @@ mod tests {
             let expected: String = serde_json::from_str(&format!("\"{text}\"")).expect("valid");
             for tail in ["", "}]} and more than a window's worth of bytes after it"] {
                 let body = format!("\"{text}\"{tail}");
+                let escaped = Escaped::checked(&body, 1, text.len() + 1);
                 let mut decoded = String::new();
-                Escaped::checked(&body, 1, text.len() + 1).decode(|piece| decoded.push_str(piece));
+                escaped.decode(|piece| decoded.push_str(piece));
                 assert_eq!(decoded, expected, "round {round}, tail {tail:?}");
+                assert_eq!(
+                    escaped.decoded_len(),
+                    expected.len(),
+                    "round {round}, tail {tail:?}"
+                );
+                // Decoded in part, the rest counted: what a route that
+                // skips the digest reads.
+                let want = next(expected.len() + 2);
+                let mut first = String::new();
+                let rest = escaped.decode_some(want, |piece| first.push_str(piece));
+                assert!(
+                    first.len() >= want.min(expected.len()),
+                    "round {round}: {} of {want}",
+                    first.len()
+                );
+                assert_eq!(
+                    first.len() + rest.decoded_len(),
+                    expected.len(),
+                    "round {round}"
+                );
+                rest.decode(|piece| first.push_str(piece));
+                assert_eq!(first, expected, "round {round}, want {want}");
             }
         }
     }

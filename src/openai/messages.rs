@@ -42,7 +42,7 @@ pub fn read(
         conversation.push_turn(message.role.as_deref().unwrap_or(""));
         match &message.content {
             Some(Content::Text(text)) => conversation.push_text(text),
-            Some(Content::Escaped(text)) => text.decode(|piece| conversation.push_text(piece)),
+            Some(Content::Escaped(text)) => conversation.push_escaped(text),
             Some(Content::List(blocks)) => read_block_list(blocks, conversation),
             Some(Content::Other) | None => {}
         }

@@ -76,6 +76,30 @@ pub fn string_bytes_sse2(bytes: &[u8; 16]) -> [u32; 3] {
     compare_16(bytes).map(|found| unsafe { _mm_movemask_epi8(found) as u32 })
 }
 
+/// Where `byte` is among 16 bytes, a bit per byte (the low 16 bits).
+#[inline(always)]
+pub fn equal_16(bytes: &[u8; 16], byte: u8) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is part of every x86_64 processor, and the load
+        // reads, unaligned, exactly the 16 bytes `bytes` borrows.
+        unsafe {
+            let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8))) as u32
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        bytes
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, &each)| bits | u32::from(each == byte) << i)
+    }
+}
+
 /// Per byte of `bytes`, all ones where it is a quote, a backslash, a
 /// control character.
 #[cfg(target_arch = "x86_64")]

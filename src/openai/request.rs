@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::content::read_parts;
+use super::conversation::Digest;
 use super::envelope::Envelope;
 use super::prescan::Prescanned;
 use super::raw::{string_value, Raw};
@@ -170,7 +171,7 @@ struct Parts<'a> {
 }
 
 pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<ParsedRequest, RequestError> {
-    parse_with(endpoint, body, Reader::Scanner)
+    Ok(read_request(endpoint, body)?.parse(Digest::Kept))
 }
 
 /// [`parse_request`] of a body read as it arrived ([`Prescan`]): the same
@@ -181,7 +182,7 @@ pub fn parse_prescanned(
     endpoint: Endpoint,
     body: &Prescanned,
 ) -> Result<ParsedRequest, RequestError> {
-    parse_with(endpoint, body.body(), Reader::Prescanned(body))
+    Ok(read_prescanned(endpoint, body)?.parse(Digest::Kept))
 }
 
 /// [`parse_request`] with serde reading the whole envelope: the reference
@@ -191,97 +192,143 @@ pub fn parse_request_by_serde(
     endpoint: Endpoint,
     body: &[u8],
 ) -> Result<ParsedRequest, RequestError> {
-    parse_with(endpoint, body, Reader::Serde)
+    Ok(RequestEnvelope::read(endpoint, body, Reader::Serde)?.parse(Digest::Kept))
 }
 
-fn parse_with<'a>(
+/// The first half of [`parse_request`]: the body checked and its model
+/// read, for the gateway to find the route, whose strategy says whether
+/// the conversation's digest is worth working out.
+pub fn read_request(endpoint: Endpoint, body: &[u8]) -> Result<RequestEnvelope<'_>, RequestError> {
+    RequestEnvelope::read(endpoint, body, Reader::Scanner)
+}
+
+/// [`read_request`] of a body read as it arrived.
+pub fn read_prescanned(
+    endpoint: Endpoint,
+    body: &Prescanned,
+) -> Result<RequestEnvelope<'_>, RequestError> {
+    RequestEnvelope::read(endpoint, body.body(), Reader::Prescanned(body))
+}
+
+/// A body whose envelope was read and whose model is known; its
+/// conversation is read by [`RequestEnvelope::parse`].
+pub struct RequestEnvelope<'a> {
     endpoint: Endpoint,
     body: &'a [u8],
-    reader: Reader<'a>,
-) -> Result<ParsedRequest, RequestError> {
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        None => return Err(RequestError::Empty),
-        Some(b'{') => {}
-        Some(_) => return Err(RequestError::NotAnObject),
-    }
-    let envelope =
-        read_envelope(body, reader).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
+    envelope: Envelope<'a>,
+    model: Cow<'a, str>,
+    model_span: Range<usize>,
+}
 
-    let raw_model = envelope.model.ok_or(RequestError::MissingModel)?;
-    let model = string_value(raw_model).ok_or(RequestError::ModelNotString)?;
-    if model.is_empty() {
-        return Err(RequestError::EmptyModel);
-    }
-    let model_span = span_in(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
+impl<'a> RequestEnvelope<'a> {
+    fn read(endpoint: Endpoint, body: &'a [u8], reader: Reader<'a>) -> Result<Self, RequestError> {
+        match body.iter().find(|b| !b.is_ascii_whitespace()) {
+            None => return Err(RequestError::Empty),
+            Some(b'{') => {}
+            Some(_) => return Err(RequestError::NotAnObject),
+        }
+        let envelope =
+            read_envelope(body, reader).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
 
-    // The routing text is made of the body's strings and shorter labels
-    // (`user: ` for `"role":"user"`), so the body's size is room enough.
-    let mut conversation = Conversation::with_capacity(body.len());
-    let mut token_ids = None;
-    let readable = match endpoint {
-        Endpoint::ChatCompletions => match &envelope.messages {
-            Some(Turns(Some(turns))) => {
-                read_messages(turns, &mut conversation);
-                true
+        let raw_model = envelope.model.ok_or(RequestError::MissingModel)?;
+        let model = string_value(raw_model).ok_or(RequestError::ModelNotString)?;
+        if model.is_empty() {
+            return Err(RequestError::EmptyModel);
+        }
+        let model_span = span_in(body, raw_model.get()).ok_or(RequestError::ModelNotString)?;
+        Ok(Self {
+            endpoint,
+            body,
+            envelope,
+            model,
+            model_span,
+        })
+    }
+
+    /// The public model asked for.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// What the gateway needs of the body: the envelope's fields and the
+    /// conversation, with its digest or without ([`Digest`]).
+    pub fn parse(self, digest: Digest) -> ParsedRequest {
+        let Self {
+            endpoint,
+            body,
+            envelope,
+            model,
+            model_span,
+        } = self;
+        // The routing text is made of the body's strings and shorter labels
+        // (`user: ` for `"role":"user"`), so the body's size is room enough.
+        let mut conversation = Conversation::with_capacity(body.len(), digest);
+        let mut token_ids = None;
+        let readable = match endpoint {
+            Endpoint::ChatCompletions => match &envelope.messages {
+                Some(Turns(Some(turns))) => {
+                    read_messages(turns, &mut conversation);
+                    true
+                }
+                _ => false,
+            },
+            Endpoint::Completions => envelope.prompt.is_some_and(|p| {
+                token_ids = read_token_ids(p);
+                read_prompt(p, &mut conversation)
+            }),
+            Endpoint::Embeddings => envelope
+                .input
+                .is_some_and(|i| read_prompt(i, &mut conversation)),
+            Endpoint::Responses => {
+                super::responses::read(envelope.instructions, envelope.input, &mut conversation)
             }
-            _ => false,
-        },
-        Endpoint::Completions => envelope.prompt.is_some_and(|p| {
-            token_ids = read_token_ids(p);
-            read_prompt(p, &mut conversation)
-        }),
-        Endpoint::Embeddings => envelope
-            .input
-            .is_some_and(|i| read_prompt(i, &mut conversation)),
-        Endpoint::Responses => {
-            super::responses::read(envelope.instructions, envelope.input, &mut conversation)
+            Endpoint::Messages | Endpoint::MessagesCountTokens => super::messages::read(
+                envelope.system,
+                envelope.messages.as_ref(),
+                &mut conversation,
+            ),
+            // Routed by `model` alone: by least load, or by a digest of the
+            // whole body for the strategies that hash.
+            Endpoint::Models
+            | Endpoint::ResponseById
+            | Endpoint::Rerank
+            | Endpoint::Score
+            | Endpoint::Tokenize
+            | Endpoint::Detokenize
+            | Endpoint::AudioTranscriptions
+            | Endpoint::AudioTranslations => false,
+        };
+        let (prompt, prompt_len, mut prompt_digest) = conversation.finish();
+        if !readable && digest == Digest::Kept {
+            prompt_digest = xxhash_rust::xxh3::xxh3_64(body);
         }
-        Endpoint::Messages | Endpoint::MessagesCountTokens => super::messages::read(
-            envelope.system,
-            envelope.messages.as_ref(),
-            &mut conversation,
-        ),
-        // Routed by `model` alone: by least load, or by a digest of the
-        // whole body for the strategies that hash.
-        Endpoint::Models
-        | Endpoint::ResponseById
-        | Endpoint::Rerank
-        | Endpoint::Score
-        | Endpoint::Tokenize
-        | Endpoint::Detokenize
-        | Endpoint::AudioTranscriptions
-        | Endpoint::AudioTranslations => false,
-    };
-    let (prompt, prompt_len, mut prompt_digest) = conversation.finish();
-    if !readable {
-        prompt_digest = xxhash_rust::xxh3::xxh3_64(body);
-    }
-    let stream = envelope.stream.is_some_and(|s| s.get() == "true");
-    let usage_splice = match endpoint {
-        Endpoint::ChatCompletions | Endpoint::Completions if stream => {
-            usage_splice(body, envelope.stream_options)
-        }
-        _ => None,
-    };
-    Ok(ParsedRequest {
-        model: model.into_owned(),
-        model_span,
-        model_literal: ModelLiteral::Json,
-        stream,
-        usage_splice,
-        prompt: if readable { prompt } else { String::new() },
-        prompt_len: if readable { prompt_len } else { 0 },
-        prompt_digest,
-        token_ids: token_ids.map(Arc::from),
-        readable,
-        previous_response_id: match endpoint {
-            Endpoint::Responses => envelope
-                .previous_response_id
-                .and_then(string_value)
-                .map(Cow::into_owned),
+        let stream = envelope.stream.is_some_and(|s| s.get() == "true");
+        let usage_splice = match endpoint {
+            Endpoint::ChatCompletions | Endpoint::Completions if stream => {
+                usage_splice(body, envelope.stream_options)
+            }
             _ => None,
-        },
-    })
+        };
+        ParsedRequest {
+            model: model.into_owned(),
+            model_span,
+            model_literal: ModelLiteral::Json,
+            stream,
+            usage_splice,
+            prompt: if readable { prompt } else { String::new() },
+            prompt_len: if readable { prompt_len } else { 0 },
+            prompt_digest,
+            token_ids: token_ids.map(Arc::from),
+            readable,
+            previous_response_id: match endpoint {
+                Endpoint::Responses => envelope
+                    .previous_response_id
+                    .and_then(string_value)
+                    .map(Cow::into_owned),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// Which parser reads the envelope.
@@ -434,7 +481,7 @@ fn read_messages(turns: &[Turn<'_>], conversation: &mut Conversation) {
         conversation.push_turn(turn.role.as_deref().unwrap_or(""));
         match &turn.content {
             Some(Content::Text(text)) => conversation.push_text(text),
-            Some(Content::Escaped(text)) => text.decode(|piece| conversation.push_text(piece)),
+            Some(Content::Escaped(text)) => conversation.push_escaped(text),
             Some(Content::List(parts)) => read_parts(parts, conversation, |kind| kind == "text"),
             Some(Content::Other) | None => {}
         }
@@ -490,6 +537,8 @@ fn read_prompt(raw: Raw<'_>, conversation: &mut Conversation) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use rolter_balancer::RouteContext;
+
     use super::*;
 
     fn chat(body: &str) -> Result<ParsedRequest, RequestError> {
@@ -699,6 +748,77 @@ mod tests {
         assert_eq!(plain.prompt_digest, escaped.prompt_digest);
         let prompt = parse_request(Endpoint::Completions, br#"{"model":"m","prompt":"x\ty"}"#);
         assert_eq!(prompt.unwrap().prompt, "x\ty");
+    }
+
+    /// What a route that reads no digest gets: the same bounded text and
+    /// whole length as one that does, a digest of 0, for conversations
+    /// whose escapes fall before the bound, across it and past it, in
+    /// every endpoint that reads a conversation.
+    #[test]
+    fn skipping_the_digest_reads_the_same_text_and_length() {
+        let line = r#"The committee said \"yes\" to the plan \u00e9\ud83d\ude00.\n"#;
+        let long = line.repeat(2 * RouteContext::MAX_PROMPT_BYTES / line.len());
+        let bodies = [
+            (
+                Endpoint::ChatCompletions,
+                format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{long}"}}]}}"#),
+            ),
+            (
+                Endpoint::ChatCompletions,
+                format!(
+                    r#"{{"model":"m","messages":[{{"role":"system","content":"short\n"}},{{"role":"user","content":"{long}"}},{{"role":"user","content":"{long}"}}]}}"#
+                ),
+            ),
+            (
+                Endpoint::ChatCompletions,
+                format!(
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}},{{"role":"user","content":"{long}"}}]}}"#,
+                    "x".repeat(RouteContext::MAX_PROMPT_BYTES - 10)
+                ),
+            ),
+            (
+                Endpoint::Messages,
+                format!(
+                    r#"{{"model":"m","max_tokens":5,"messages":[{{"role":"user","content":"{long}"}}]}}"#
+                ),
+            ),
+            (
+                Endpoint::Completions,
+                format!(r#"{{"model":"m","prompt":"{long}"}}"#),
+            ),
+            (
+                Endpoint::Embeddings,
+                r#"{"model":"m","input":[1,2,3]}"#.to_owned(),
+            ),
+            (Endpoint::Rerank, r#"{"model":"m","query":"q"}"#.to_owned()),
+        ];
+        for (endpoint, body) in bodies {
+            let read = |digest| {
+                read_request(endpoint, body.as_bytes())
+                    .unwrap()
+                    .parse(digest)
+            };
+            let (kept, skipped) = (read(Digest::Kept), read(Digest::Skipped));
+            assert_eq!(skipped.prompt, kept.prompt, "{endpoint:?}");
+            assert_eq!(skipped.prompt_len, kept.prompt_len, "{endpoint:?}");
+            assert_ne!(kept.prompt_digest, 0, "{endpoint:?}");
+            assert_eq!(skipped.prompt_digest, 0, "{endpoint:?}");
+            assert_eq!(
+                ParsedRequest {
+                    prompt_digest: 0,
+                    ..kept
+                },
+                skipped,
+                "{endpoint:?}"
+            );
+        }
+        // The length is the decoded text's, which serde agrees with.
+        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{long}"}}]}}"#);
+        let decoded: String = serde_json::from_str(&format!("\"{long}\"")).unwrap();
+        let skipped = read_request(Endpoint::ChatCompletions, body.as_bytes())
+            .unwrap()
+            .parse(Digest::Skipped);
+        assert_eq!(skipped.prompt_len, "user: ".len() + decoded.len());
     }
 
     #[test]

@@ -28,8 +28,8 @@ use crate::error::{GatewayError, LimitScope};
 use crate::learned::Learned;
 use crate::metrics::Metrics;
 use crate::openai::{
-    parse_form_request, parse_prescanned, parse_request, parse_token_ids, response_id, Endpoint,
-    ParsedRequest, RequestError, TOKEN_IDS_HEADER,
+    parse_form_request, parse_token_ids, read_prescanned, read_request, response_id, Digest,
+    Endpoint, ParsedRequest, RequestEnvelope, RequestError, TOKEN_IDS_HEADER,
 };
 use crate::rate_limit::{ConcurrencySlot, KeyLimits, Limited, SharedAdmission, SharedStore};
 use crate::response_homes::ResponseHomes;
@@ -82,25 +82,23 @@ pub async fn admit(
     };
     let boundary = body::check_content_type(session, endpoint)?;
     let body = body::read_body(session, snapshot.limits.max_body_bytes, boundary.is_none()).await?;
-    let mut request = match (boundary, &body) {
-        (Some(boundary), _) => parse_form_request(body.bytes(), &boundary)?,
-        (None, ReadBody::Prescanned(prescanned)) => parse_prescanned(endpoint, prescanned)?,
-        (None, ReadBody::Bytes(bytes)) => parse_request(endpoint, bytes)?,
+    let read = match (boundary, &body) {
+        (Some(boundary), _) => Read::Parsed(parse_form_request(body.bytes(), &boundary)?),
+        (None, ReadBody::Prescanned(prescanned)) => {
+            Read::Envelope(read_prescanned(endpoint, prescanned)?)
+        }
+        (None, ReadBody::Bytes(bytes)) => Read::Envelope(read_request(endpoint, bytes)?),
     };
-    let body = body.into_bytes();
-    // Caller-supplied token ids: the header wins over an integer prompt.
-    if header_token_ids.is_some() {
-        request.token_ids = header_token_ids.map(Arc::from);
-    }
 
-    let Some(address) = snapshot.address(&request.model) else {
+    let model = read.model();
+    let Some(address) = snapshot.address(model) else {
         return Err(GatewayError::UnknownModel {
-            model: request.model,
+            model: model.to_owned(),
         });
     };
     if let Err(refusal) = address.admits(&caller) {
         let key = caller.name.clone();
-        let model = request.model;
+        let model = model.to_owned();
         return Err(match refusal {
             Refusal::Model => GatewayError::ModelNotAllowed { key, model },
             Refusal::Provider => GatewayError::NoAllowedProvider { key, model },
@@ -109,9 +107,29 @@ pub async fn admit(
     let route = snapshot.route(&address, crate::clock::now_ms());
     if !route.endpoints.allows(endpoint) {
         return Err(GatewayError::EndpointClosed {
-            model: request.model,
+            model: model.to_owned(),
             endpoint: endpoint.as_str(),
         });
+    }
+    let session_key = session
+        .req_header()
+        .headers
+        .get(&SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string);
+    // The digest costs the whole conversation decoded; only a hash ring
+    // keyed by the conversation reads it.
+    let digest = if session_key.is_none() && route.reads_prompt_digest() {
+        Digest::Kept
+    } else {
+        Digest::Skipped
+    };
+    let mut request = read.parse(digest);
+    let body = body.into_bytes();
+    // Caller-supplied token ids: the header wins over an integer prompt.
+    if header_token_ids.is_some() {
+        request.token_ids = header_token_ids.map(Arc::from);
     }
     // A continuation goes where the response it continues is stored.
     let preferred = request
@@ -131,13 +149,6 @@ pub async fn admit(
         .prefill
         .as_ref()
         .is_some_and(|pool| splits(pool, endpoint, &request));
-    let session_key = session
-        .req_header()
-        .headers
-        .get(&SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map(str::to_string);
     ctx.admitted = Some(Admitted {
         route,
         request,
@@ -151,6 +162,31 @@ pub async fn admit(
         disaggregated,
     });
     Ok(Next::Route)
+}
+
+/// A body as far as admission reads it before the route is known.
+enum Read<'a> {
+    /// A form (an audio upload): read whole, it has no conversation.
+    Parsed(ParsedRequest),
+    /// JSON: the envelope, its conversation read once the route says
+    /// whether its digest is needed.
+    Envelope(RequestEnvelope<'a>),
+}
+
+impl Read<'_> {
+    fn model(&self) -> &str {
+        match self {
+            Read::Parsed(request) => &request.model,
+            Read::Envelope(envelope) => envelope.model(),
+        }
+    }
+
+    fn parse(self, digest: Digest) -> ParsedRequest {
+        match self {
+            Read::Parsed(request) => request,
+            Read::Envelope(envelope) => envelope.parse(digest),
+        }
+    }
 }
 
 /// Whether a request on a disaggregated route is prefilled on its prefill

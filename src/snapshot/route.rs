@@ -144,6 +144,18 @@ pub struct Route {
     pub prefill: Option<PrefillPool>,
 }
 
+impl Route {
+    /// Whether a balancer of this route reads the conversation's digest
+    /// (its own, or its prefill pool's): the gateway works it out only then.
+    pub fn reads_prompt_digest(&self) -> bool {
+        self.strategy.reads_prompt_digest()
+            || self
+                .prefill
+                .as_ref()
+                .is_some_and(|pool| pool.route.reads_prompt_digest())
+    }
+}
+
 /// The route label of a disaggregated route's prefill pool in metrics:
 /// `<model>:prefill`.
 pub const PREFILL_LABEL_SUFFIX: &str = ":prefill";

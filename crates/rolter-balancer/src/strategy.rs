@@ -123,6 +123,19 @@ impl StrategyKind {
             StrategyKind::Weighted | StrategyKind::Pipeline | StrategyKind::Adaptive
         )
     }
+
+    /// Whether the strategy reads [`RouteContext::prompt_digest`]: only
+    /// consistent_hash does, for a request without a session key. The
+    /// gateway works the digest out for these alone (it needs the whole
+    /// conversation decoded) and passes 0 to the others. A strategy that
+    /// starts reading it must be named here: `strategy::properties`
+    /// checks that every other one picks the same with the digest as
+    /// with 0.
+    ///
+    /// [`RouteContext::prompt_digest`]: crate::RouteContext::prompt_digest
+    pub fn reads_prompt_digest(self) -> bool {
+        matches!(self, StrategyKind::ConsistentHash)
+    }
 }
 
 impl fmt::Display for StrategyKind {

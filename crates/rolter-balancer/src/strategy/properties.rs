@@ -247,6 +247,85 @@ proptest! {
     }
 }
 
+/// The picks of `lb`, built for `case`, when the gateway passes `digest`
+/// as the conversation's digest: the learned state the same history
+/// leaves, then a pick per round.
+fn picks_with_digest(lb: &dyn LoadBalancer, case: &Case, digest: u64) -> Vec<Option<usize>> {
+    let n = case.eligible.len();
+    let mut ctx = RouteContext {
+        session_key: case.session_key.as_deref(),
+        prompt: &case.prompt,
+        prompt_len: case.prompt.len(),
+        prompt_digest: digest,
+        token_ids: case.token_ids.as_deref(),
+        adapter: case.adapter.as_deref(),
+        now_ms: 1_000,
+    };
+    for &target in &case.history {
+        lb.observe(target % n.max(1), &ctx);
+    }
+    let eligible = |i: usize| case.eligible[i];
+    (0..PICKS_PER_CASE)
+        .map(|_| {
+            ctx.now_ms += 1_000;
+            let pick = lb.pick_eligible(&ctx, Candidates::new(&case.loads, &eligible));
+            if let Some(i) = pick {
+                lb.observe(i, &ctx);
+            }
+            pick
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The gateway skips the digest (passes 0) for every strategy that
+    /// does not say it reads it: such a strategy must pick the same
+    /// either way, or a skipped digest would change where requests go.
+    #[test]
+    fn only_the_strategies_that_say_so_read_the_digest(case in case(), digest in 1..u64::MAX) {
+        let case = Case { session_key: None, ..case };
+        prop_assume!(!case.eligible.is_empty());
+        for &kind in StrategyKind::ALL.iter().filter(|kind| !kind.reads_prompt_digest()) {
+            let with = picks_with_digest(balancer(kind, &case).as_ref(), &case, digest);
+            let without = picks_with_digest(balancer(kind, &case).as_ref(), &case, 0);
+            prop_assert_eq!(with, without, "{} read the digest", kind);
+        }
+    }
+}
+
+/// consistent_hash does read it: without a session key, two digests of
+/// the same bounded text (conversations that differ past 32 KiB) land on
+/// different targets of a large enough ring.
+#[test]
+fn consistent_hash_reads_the_digest() {
+    let case = Case {
+        eligible: vec![true; 64],
+        loads: vec![0; 64],
+        weights: vec![1; 64],
+        session_key: None,
+        prompt: "the same first 32 KiB".to_owned(),
+        prompt_digest: 0,
+        seed: 7,
+        adapter: None,
+        token_ids: None,
+        history: vec![],
+        signals: vec![None; 64],
+    };
+    assert!(StrategyKind::ConsistentHash.reads_prompt_digest());
+    let picks: std::collections::HashSet<_> = (1..=16u64)
+        .map(|digest| {
+            picks_with_digest(
+                balancer(StrategyKind::ConsistentHash, &case).as_ref(),
+                &case,
+                digest,
+            )
+        })
+        .collect();
+    assert!(picks.len() > 1, "{picks:?}");
+}
+
 /// The edge counts again, deterministically and with every shape of
 /// eligibility, so they are covered whatever proptest happens to draw.
 #[test]
