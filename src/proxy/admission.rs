@@ -9,8 +9,10 @@
 //! 3. The body: media type (415), size and pace (413, 408), JSON (400).
 //! 4. The address: what `model` names, checked against the key before any
 //!    state is built for it (404, 403); then its route and whether the route
-//!    serves the endpoint (404), and the request's routing token ids from
-//!    the route's tokenizer (`tokenization.rs`).
+//!    serves the endpoint (404). Only then is the conversation read: its
+//!    digest, which needs all of it decoded, only for a route whose
+//!    strategy reads it. Last, the request's routing token ids from the
+//!    route's tokenizer (`tokenization.rs`).
 
 use std::sync::Arc;
 
