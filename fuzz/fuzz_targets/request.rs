@@ -26,8 +26,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rolter::openai::{
-    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, Endpoint,
-    ParsedRequest, Prescan, RequestError, ROUTABLE_ENDPOINTS,
+    parse_form_request, parse_prescanned, parse_request, parse_request_by_serde, read_request,
+    Digest, Endpoint, ParsedRequest, Prescan, RequestError, ROUTABLE_ENDPOINTS,
 };
 use rolter_balancer::{bound_prompt, RouteContext};
 use serde_json::Value;
@@ -92,6 +92,16 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(&whole[..], body, "the prescan changed the body");
             assert!(std::str::from_utf8(body).is_err(), "valid UTF-8 refused by the prescan");
         }
+    }
+    // A route that reads no digest gets the same request but for it: the
+    // text decoded only as far as the bound, the rest counted.
+    if let Ok(parsed) = &result {
+        let mut skipped = read_request(endpoint, body)
+            .expect("parsed above")
+            .parse(Digest::Skipped);
+        assert_eq!(skipped.prompt_digest, 0, "a skipped digest was worked out");
+        skipped.prompt_digest = parsed.prompt_digest;
+        assert_eq!(&skipped, parsed, "skipping the digest changed the request");
     }
     match result {
         Ok(parsed) => {

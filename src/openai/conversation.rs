@@ -130,11 +130,6 @@ impl Conversation {
         }
     }
 
-    /// Whether the digest is kept.
-    pub fn digests(&self) -> bool {
-        self.digest.is_some()
-    }
-
     /// Bounded text, whole length, digest (0 when skipped).
     pub fn finish(self) -> (String, usize, u64) {
         (self.text, self.len, self.digest.map_or(0, |d| d.digest()))
