@@ -142,7 +142,7 @@ async fn consistent_hash_keeps_a_session_on_one_target() {
     );
     let gateway = Gateway::start(&three_engine_route(&a, &b, &c, "consistent_hash")).await;
     let http = client();
-    let mut seen = HashMap::new();
+    let mut pins = Pins::default();
     for session in 0..12 {
         for turn in 0..3 {
             let response = http
@@ -152,16 +152,10 @@ async fn consistent_hash_keeps_a_session_on_one_target() {
                 .send()
                 .await
                 .unwrap();
-            let target = served_by(&response);
-            let first = seen.entry(session).or_insert_with(|| target.clone());
-            assert_eq!(*first, target, "session {session} moved");
+            pins.record(format!("session {session}"), served_by(&response));
         }
     }
-    let distinct: std::collections::HashSet<_> = seen.values().collect();
-    assert!(
-        distinct.len() >= 2,
-        "12 sessions all on one target: {seen:?}"
-    );
+    pins.assert_spread();
 }
 
 /// Without a session key the ring is keyed by the conversation's digest,
@@ -178,22 +172,16 @@ async fn consistent_hash_without_a_session_keys_on_the_whole_conversation() {
     let gateway = Gateway::start(&three_engine_route(&a, &b, &c, "consistent_hash")).await;
     let shared = "The committee said \"yes\" to the plan.\n".repeat(1200);
     assert!(shared.len() > 40 * 1024);
-    let mut seen = HashMap::new();
+    let mut pins = Pins::default();
     for conversation in 0..12 {
         let content = format!("{shared}and then item {conversation}\n");
         for _ in 0..2 {
             let response = gateway.chat("chat", &content).await;
             assert_eq!(response.status(), 200);
-            let target = served_by(&response);
-            let first = seen.entry(conversation).or_insert_with(|| target.clone());
-            assert_eq!(*first, target, "conversation {conversation} moved");
+            pins.record(format!("conversation {conversation}"), served_by(&response));
         }
     }
-    let distinct: std::collections::HashSet<_> = seen.values().collect();
-    assert!(
-        distinct.len() >= 2,
-        "12 conversations that differ past 32 KiB all on one target: {seen:?}"
-    );
+    pins.assert_spread();
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

@@ -588,6 +588,32 @@ pub fn served_by(response: &reqwest::Response) -> String {
         .to_string()
 }
 
+/// The target each key (a session, a conversation) was first served by,
+/// for the strategies that pin a key to a target: a key served elsewhere
+/// later fails the test, and so do keys that all landed on one target.
+#[derive(Debug, Default)]
+pub struct Pins(std::collections::BTreeMap<String, String>);
+
+impl Pins {
+    /// `key` was served by `target`: where it was first served, if before.
+    pub fn record(&mut self, key: impl std::fmt::Display, target: String) {
+        let key = key.to_string();
+        let first = self.0.entry(key.clone()).or_insert_with(|| target.clone());
+        assert_eq!(*first, target, "{key} moved");
+    }
+
+    /// The keys landed on more than one target.
+    pub fn assert_spread(&self) {
+        let distinct: std::collections::HashSet<_> = self.0.values().collect();
+        assert!(
+            distinct.len() >= 2,
+            "{} keys all on one target: {:?}",
+            self.0.len(),
+            self.0
+        );
+    }
+}
+
 /// Waits up to `limit` for the other end of `stream` to close it (end of
 /// stream or reset); false if it is still open then. Data instead of a
 /// close fails the test.

@@ -195,13 +195,9 @@ fn adaptive_policy(seed: u64) -> AdaptivePolicy {
     }
 }
 
-fn check_picks(
-    kind: StrategyKind,
-    lb: &dyn LoadBalancer,
-    case: &Case,
-) -> Result<(), TestCaseError> {
-    let n = case.eligible.len();
-    let mut ctx = RouteContext {
+/// What the gateway passes the balancer for `case`'s request.
+fn context(case: &Case) -> RouteContext<'_> {
+    RouteContext {
         session_key: case.session_key.as_deref(),
         prompt: &case.prompt,
         prompt_len: case.prompt.len(),
@@ -209,7 +205,16 @@ fn check_picks(
         token_ids: case.token_ids.as_deref(),
         adapter: case.adapter.as_deref(),
         now_ms: 1_000,
-    };
+    }
+}
+
+fn check_picks(
+    kind: StrategyKind,
+    lb: &dyn LoadBalancer,
+    case: &Case,
+) -> Result<(), TestCaseError> {
+    let n = case.eligible.len();
+    let mut ctx = context(case);
     if n > 0 {
         for &target in &case.history {
             lb.observe(target % n, &ctx);
@@ -253,13 +258,8 @@ proptest! {
 fn picks_with_digest(lb: &dyn LoadBalancer, case: &Case, digest: u64) -> Vec<Option<usize>> {
     let n = case.eligible.len();
     let mut ctx = RouteContext {
-        session_key: case.session_key.as_deref(),
-        prompt: &case.prompt,
-        prompt_len: case.prompt.len(),
         prompt_digest: digest,
-        token_ids: case.token_ids.as_deref(),
-        adapter: case.adapter.as_deref(),
-        now_ms: 1_000,
+        ..context(case)
     };
     for &target in &case.history {
         lb.observe(target % n.max(1), &ctx);
