@@ -35,9 +35,10 @@ pub struct Prescan {
     utf8_to: usize,
     /// A byte sequence no later byte can make valid was met.
     utf8_broken: bool,
-    /// The index, a [`Block`] per whole 64 bytes; the tail past them is
-    /// read as it stands. Three eighths of the body's size, dropped with
-    /// the `Prescanned` once the body is parsed.
+    /// The index, a [`Block`] per whole 64 bytes received, and one for
+    /// the tail past them once the body is whole ([`Prescan::finish`]).
+    /// Three eighths of the body's size, dropped with the `Prescanned`
+    /// once the body is parsed.
     blocks: Vec<Block>,
     /// The next block's first byte is escaped: the last one ended in a
     /// backslash run of odd length.
@@ -106,13 +107,22 @@ impl Prescan {
 
     /// The whole body, prescanned when it is valid UTF-8; else the body,
     /// for the parser to refuse as it refuses any other.
-    pub fn finish(self) -> Result<Prescanned, Bytes> {
-        let body = self.buffer.freeze();
-        if self.utf8_broken || self.utf8_to != body.len() {
-            return Err(body);
+    pub fn finish(mut self) -> Result<Prescanned, Bytes> {
+        if self.utf8_broken || self.utf8_to != self.buffer.len() {
+            return Err(self.buffer.freeze());
+        }
+        // The tail is indexed too, padded with spaces (which no string
+        // stops at): a long prompt's closing quote usually lies in the
+        // body's last bytes, and a string the index cannot see the end of
+        // is read escape by escape, all of it.
+        let tail = &self.buffer[self.blocks.len() * BLOCK..];
+        if !tail.is_empty() {
+            let mut padded = [b' '; BLOCK];
+            padded[..tail.len()].copy_from_slice(tail);
+            self.blocks.push(Block::of(&padded, &mut self.carry));
         }
         Ok(Prescanned {
-            body,
+            body: self.buffer.freeze(),
             blocks: self.blocks,
         })
     }
@@ -159,21 +169,18 @@ impl Prescanned {
             word += 1;
             match self.blocks.get(word) {
                 Some(next) => bits = next.specials,
-                None => {
-                    let indexed = word * BLOCK;
-                    return indexed + plain_run(&self.body[indexed..]);
-                }
+                // Past the padded tail: the body's end.
+                None => return self.body.len(),
             }
         }
     }
 
     /// Where the string whose text starts at `from` (the byte after its
-    /// opening quote) ends, its closing quote, and whether it has escapes:
-    /// when the index covers that quote and nothing before it needs a
-    /// closer look. `None` leaves the string to be read escape by escape:
-    /// it holds a control character or an escape that is not one of
-    /// JSON's short ones (a `\u` escape, or an invalid one), or it ends
-    /// past the index.
+    /// opening quote) ends, its closing quote, and whether it has escapes,
+    /// when nothing before that quote needs a closer look. `None` leaves
+    /// the string to be read escape by escape: it holds a control
+    /// character or an escape that is not one of JSON's short ones (a
+    /// `\u` escape, or an invalid one), or the body ends first.
     pub fn string_end(&self, from: usize) -> Option<(usize, bool)> {
         let mut word = from / BLOCK;
         let mut from_here = !0u64 << (from % BLOCK);
@@ -406,18 +413,18 @@ mod tests {
                 .collect();
             let prescanned =
                 received(&body, &[1 + (next() % 130) as usize, 64, 3]).expect("ASCII is UTF-8");
-            let indexed = len / BLOCK * BLOCK;
             // A string starts after a quote the scanner met as one.
             for from in (1..=len).filter(|&at| body[at - 1] == b'"') {
                 let by_bytes = string_end_by_bytes(&body, from);
                 let by_index = prescanned.string_end(from);
                 match by_index {
                     Some(_) => assert_eq!(by_index, by_bytes, "round {round}, from {from}"),
-                    // Left to the byte-by-byte read: no valid end within
-                    // the index, or a `\u` escape before it.
+                    // Left to the byte-by-byte read: no valid end, or a
+                    // `\u` escape before it. The tail past the last whole
+                    // block is indexed too.
                     None => assert!(
-                        by_bytes.is_none_or(|(end, _)| end >= indexed
-                            || body[from..end].windows(2).any(|w| w == b"\\u")),
+                        by_bytes
+                            .is_none_or(|(end, _)| body[from..end].windows(2).any(|w| w == b"\\u")),
                         "round {round}, from {from}: the index gave up on {by_bytes:?}"
                     ),
                 }
