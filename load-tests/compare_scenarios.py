@@ -53,6 +53,11 @@ WRK_SCRIPT = HERE / "wrk_chat.lua"
 STEADY_JS = HERE / "steady.js"
 SSE_CLIENTS = HERE / "sse_clients.py"
 PYTHON = os.environ.get("PYTHON", "python3")
+# The large bodies run a few bytes past their round size: a body whose
+# length is a multiple of 64 ends on a whole block of rolter's prescan
+# index, which hid a slow path for the prompt's closing quote in a partial
+# last block (what nearly every real body has).
+ODD_TAIL = 29
 
 
 @dataclasses.dataclass
@@ -515,7 +520,7 @@ def scenarios(plan: Plan) -> list[Scenario]:
                 f"large-{label.replace(' ', '').lower().replace('kib', 'k').replace('mib', 'm')}",
                 f"{label} request body, one at a time",
                 "request", "fast", ["direct", "nginx", *variants_large, "rolter"],
-                measure_k6("large", lambda p, s=size: {"VUS": 1, "BODY_BYTES": s},
+                measure_k6("large", lambda p, s=size: {"VUS": 1, "BODY_BYTES": s + ODD_TAIL},
                            lambda p: p.duration_s),
             )
         )
@@ -525,7 +530,8 @@ def scenarios(plan: Plan) -> list[Scenario]:
                 "large-4m-doc",
                 "4 MiB request body, a document's lines (an escape every ~13 bytes), one at a time",
                 "request", "fast", ["direct", "nginx", "rolter"],
-                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": 4 << 20, "PROMPT": "document"},
+                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
+                                               "PROMPT": "document"},
                            lambda p: p.duration_s),
             )
         )

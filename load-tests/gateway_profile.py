@@ -49,6 +49,7 @@ from pathlib import Path
 
 import profile_memory
 import profile_stacks
+from compare_scenarios import ODD_TAIL
 from compare_targets import Nginx, Rolter, find_nginx, nofile_limit, pinned, start_fake_llm
 from fleet import REPO, Processes, SetupError
 from run import EXIT_INTERRUPTED, EXIT_SETUP, Interrupted, find_k6, find_rolter, on_signal
@@ -80,9 +81,10 @@ WORKLOADS = {
     "sse": Workload("sse", "1,000 concurrent SSE streams, 83 chunks 50 ms apart (compare.py `sse`)",
                     50, {"MODE": "stream", "VUS": 1000, "STREAM_TOKENS": 80}, "stream"),
     "large-4m": Workload("large-4m", "4 MiB request bodies, one at a time (compare.py `large-4m`)",
-                         0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304}, "request"),
+                         0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304 + ODD_TAIL}, "request"),
     "large-4m-doc": Workload("large-4m-doc", "4 MiB documents, one at a time (compare.py `large-4m-doc`)",
-                             0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304, "PROMPT": "document"},
+                             0, {"MODE": "large", "VUS": 1, "BODY_BYTES": 4194304 + ODD_TAIL,
+                                 "PROMPT": "document"},
                              "request"),
 }
 
