@@ -51,7 +51,7 @@ import profile_memory
 import profile_stacks
 from compare_scenarios import ODD_TAIL
 from compare_targets import Nginx, Rolter, find_nginx, nofile_limit, pinned, start_fake_llm
-from fleet import REPO, Processes, SetupError
+from fleet import REPO, Process, Processes, SetupError
 from run import EXIT_INTERRUPTED, EXIT_SETUP, Interrupted, find_k6, find_rolter, on_signal
 
 HERE = Path(__file__).resolve().parent
@@ -100,26 +100,49 @@ def cpu_of(pids: list[int]) -> float:
     return sum(cpu_seconds(p) for p in pids)
 
 
-def profile_one(proxy, workload: Workload, engine, ctx: dict, out: Path) -> dict:
-    """One proxy under one workload: perf record, then perf stat."""
-    processes: Processes = ctx["processes"]
-    proxy.start()
-    pids = proxy.meter.proxy_pids()
-    pid_list = ",".join(map(str, pids))
-    env = dict(os.environ, TARGET_URL=proxy.url, K6_NO_USAGE_REPORT="true",
-               **{k: str(v) for k, v in workload.env.items()})
-    k6 = [str(ctx["k6"]), "run", "--quiet", "--no-color", "--address", "", str(BENCH_JS)]
-    warm = subprocess.run(pinned(ctx["client_cpus"], k6), env={**env, "DURATION": "2s",
+def perf_run_setup(client_cpus: str, prefix: str) -> tuple[list[int], Processes, Path, dt.datetime]:
+    """What a run under `perf` needs before it starts anything: perf
+    itself, SIGINT and SIGTERM that stop it cleanly, this runner on the
+    client cores (comma-separated), the descriptor limit raised, a fresh
+    work directory and the run's time stamp."""
+    if not shutil.which("perf"):
+        raise SetupError("perf not found (Debian: apt-get install linux-perf)")
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cpus = [int(c) for c in client_cpus.split(",")]
+    os.sched_setaffinity(0, cpus)
+    nofile_limit()
+    return cpus, Processes(), Path(tempfile.mkdtemp(prefix=prefix)), dt.datetime.now(dt.timezone.utc)
+
+
+def start_k6_load(ctx: dict, url: str, settings: dict, name: str, out: Path, warm_s: float,
+                  load_s: float) -> Process:
+    """bench.js on the client cores against `url` with `settings`: a
+    warm-up of `warm_s` run to its end, then `load_s` of load left running
+    (its summary in `out`.k6.json, its log in `out`.k6.log)."""
+    env = dict(os.environ, TARGET_URL=url, K6_NO_USAGE_REPORT="true",
+               **{k: str(v) for k, v in settings.items()})
+    k6 = pinned(ctx["client_cpus"], [str(ctx["k6"]), "run", "--quiet", "--no-color", "--address", "",
+                                     str(BENCH_JS)])
+    warm = subprocess.run(k6, env={**env, "DURATION": f"{warm_s:g}s",
                           "SUMMARY_PATH": str(out.with_suffix(".warm.json"))},
                           capture_output=True, timeout=120)
     if warm.returncode != 0:
         raise SetupError(f"k6 warm-up failed: {warm.stderr.decode()[-500:]}")
-    seconds = ctx["seconds"]
-    load = processes.spawn(
-        f"k6-{proxy.name}", pinned(ctx["client_cpus"], k6), out.with_suffix(".k6.log"),
-        env={**env, "DURATION": f"{seconds + 6}s", "SUMMARY_PATH": str(out.with_suffix(".k6.json"))},
+    return ctx["processes"].spawn(
+        f"k6-{name}", k6, out.with_suffix(".k6.log"),
+        env={**env, "DURATION": f"{load_s:g}s", "SUMMARY_PATH": str(out.with_suffix(".k6.json"))},
         stop_signal=signal.SIGINT,
     )
+
+
+def profile_one(proxy, workload: Workload, engine, ctx: dict, out: Path) -> dict:
+    """One proxy under one workload: perf record, then perf stat."""
+    proxy.start()
+    pids = proxy.meter.proxy_pids()
+    pid_list = ",".join(map(str, pids))
+    seconds = ctx["seconds"]
+    load = start_k6_load(ctx, proxy.url, workload.env, proxy.name, out, 2, seconds + 6)
     time.sleep(1.5)
     record: dict = {"proxy": proxy.name, "pids": pids}
 
@@ -264,18 +287,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--keep-stacks", action="store_true", help="keep the perf script text in results/")
     p.add_argument("--results", default=str(REPO / "load-tests" / "results"))
     args = p.parse_args(argv)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    if not shutil.which("perf"):
-        print("error: perf not found (Debian: apt-get install linux-perf)", file=sys.stderr)
+    try:
+        client_cpus, processes, work, stamp = perf_run_setup(args.client_cpus, "rolter-profile-")
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_SETUP
-    client_cpus = [int(c) for c in args.client_cpus.split(",")]
     proxy_cpus = [int(c) for c in args.proxy_cpus.split(",")]
-    os.sched_setaffinity(0, client_cpus)
-    nofile_limit()
-    processes = Processes()
-    work = Path(tempfile.mkdtemp(prefix="rolter-profile-"))
-    stamp = dt.datetime.now(dt.timezone.utc)
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     sections = []

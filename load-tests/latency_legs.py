@@ -37,11 +37,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,14 +49,13 @@ from compare_targets import (
     Rolter,
     bench_server,
     find_nginx,
-    nofile_limit,
     pinned,
     start_fake_llm,
 )
-from fleet import REPO, Processes, SetupError
-from run import EXIT_INTERRUPTED, EXIT_SETUP, Interrupted, find_k6, find_rolter, on_signal
+from fleet import REPO, SetupError
+from gateway_profile import perf_run_setup, start_k6_load
+from run import EXIT_INTERRUPTED, EXIT_SETUP, Interrupted, find_k6, find_rolter
 
-BENCH_JS = Path(__file__).resolve().parent / "bench.js"
 READS = {"read", "readv", "recvfrom", "recvmsg"}
 WRITES = {"write", "writev", "sendto", "sendmsg"}
 WAITS = {"epoll_wait", "epoll_pwait", "epoll_pwait2"}
@@ -163,23 +160,13 @@ def wakeups(text: str, tids: set[int], core: int) -> dict:
 
 
 def trace(proxy, ctx: dict, name: str) -> dict:
-    processes: Processes = ctx["processes"]
     proxy.start()
     tids = {int(t) for pid in proxy.meter.proxy_pids() for t in os.listdir(f"/proc/{pid}/task")}
     work: Path = ctx["work"]
-    env = dict(os.environ, TARGET_URL=proxy.url, K6_NO_USAGE_REPORT="true", MODE="latency",
-               RATE=str(ctx["rate"]), CHAT_TOKENS="16")
-    k6 = pinned(ctx["client_cpus"], [str(ctx["k6"]), "run", "--quiet", "--no-color", "--address", "",
-                                     str(BENCH_JS)])
-    warm = subprocess.run(k6, env={**env, "DURATION": "3s", "SUMMARY_PATH": str(work / "warm.json")},
-                          capture_output=True, timeout=120)
-    if warm.returncode != 0:
-        raise SetupError(f"k6 warm-up failed: {warm.stderr.decode()[-500:]}")
     seconds = ctx["seconds"]
-    summary = work / f"{name}.json"
-    load = processes.spawn(f"k6-{name}", k6, work / f"{name}.k6.log",
-                           env={**env, "DURATION": f"{2 * seconds + 6}s", "SUMMARY_PATH": str(summary)},
-                           stop_signal=signal.SIGINT)
+    load = start_k6_load(ctx, proxy.url, {"MODE": "latency", "RATE": ctx["rate"], "CHAT_TOKENS": 16},
+                         name, work / name, 3, 2 * seconds + 6)
+    summary = (work / name).with_suffix(".k6.json")
     time.sleep(2)
     core = ctx["proxy_cpu"]
     windows = {
@@ -248,17 +235,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rolter"), p.add_argument("--k6"), p.add_argument("--nginx")
     p.add_argument("--results", default=str(REPO / "load-tests" / "results"))
     args = p.parse_args(argv)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    if not shutil.which("perf"):
-        print("error: perf not found (Debian: apt-get install linux-perf)", file=sys.stderr)
+    try:
+        client_cpus, processes, work, stamp = perf_run_setup(args.client_cpus, "rolter-legs-")
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_SETUP
-    client_cpus = [int(c) for c in args.client_cpus.split(",")]
-    os.sched_setaffinity(0, client_cpus)
-    nofile_limit()
-    processes = Processes()
-    work = Path(tempfile.mkdtemp(prefix="rolter-legs-"))
-    stamp = dt.datetime.now(dt.timezone.utc)
     results = {}
     try:
         rolter = find_rolter(args.rolter or str(REPO / "target/pgo/rolter"))
