@@ -47,7 +47,7 @@ pub struct Prescan {
 
 /// What the index knows of 64 bytes of the body, a bit per byte (bit `i`
 /// for byte `64 w + i` of block `w`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
     /// Where a plain run stops: a quote, a backslash, a control character.
     specials: u64,
@@ -99,10 +99,7 @@ impl Prescan {
         }
         let whole = bytes.len() / BLOCK * BLOCK;
         let from = self.blocks.len() * BLOCK;
-        for block in bytes[from..whole].chunks_exact(BLOCK) {
-            let block = block.try_into().expect("a whole block");
-            self.blocks.push(Block::of(block, &mut self.carry));
-        }
+        index(&bytes[from..whole], &mut self.blocks, &mut self.carry);
     }
 
     /// The whole body, prescanned when it is valid UTF-8; else the body,
@@ -119,7 +116,7 @@ impl Prescan {
         if !tail.is_empty() {
             let mut padded = [b' '; BLOCK];
             padded[..tail.len()].copy_from_slice(tail);
-            self.blocks.push(Block::of(&padded, &mut self.carry));
+            index(&padded, &mut self.blocks, &mut self.carry);
         }
         Ok(Prescanned {
             body: self.buffer.freeze(),
@@ -204,14 +201,143 @@ impl Prescanned {
     }
 }
 
+/// Indexes `bytes`, whole blocks, onto `blocks`; `carry` as for
+/// [`Block::of`].
+fn index(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("ssse3") {
+        // SAFETY: the processor has SSSE3, checked just above.
+        unsafe { index_by_nibbles(bytes, blocks, carry) };
+        return;
+    }
+    index_with::<ByTable>(bytes, blocks, carry);
+}
+
+/// [`index`] where the processor has SSSE3: the build targets the
+/// baseline x86_64 (SSE2 only), so this copy of the loop is compiled for
+/// SSSE3 apart and chosen at run time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+unsafe fn index_by_nibbles(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
+    index_with::<ByNibbles>(bytes, blocks, carry);
+}
+
+#[inline(always)]
+fn index_with<C: EscapeCheck>(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
+    for block in bytes.chunks_exact(BLOCK) {
+        let block = block.try_into().expect("a whole block");
+        blocks.push(Block::of::<C>(block, carry));
+    }
+}
+
+/// How the bytes a backslash escapes are checked against JSON's short
+/// escapes (`"\/bfnrt`).
+trait EscapeCheck {
+    /// Those of the `escaped` bytes of `block` that are not a short
+    /// escape's second byte.
+    fn not_short(block: &[u8; BLOCK], escaped: u64) -> u64;
+}
+
+/// One table lookup per escaped byte: cheap for a block with an escape or
+/// two, and what any processor can do.
+struct ByTable;
+
+impl EscapeCheck for ByTable {
+    #[inline(always)]
+    fn not_short(block: &[u8; BLOCK], escaped: u64) -> u64 {
+        let mut not_short = 0;
+        let mut bits = escaped;
+        while bits != 0 {
+            let at = bits.trailing_zeros();
+            bits &= bits - 1;
+            not_short |= u64::from(SHORT_ESCAPES[usize::from(block[at as usize])] == 0) << at;
+        }
+        not_short
+    }
+}
+
+/// Every byte of the block classified at once, by two 16-entry lookups
+/// (SSSE3's byte shuffle) of its low and high halves. A document's lines
+/// and quotes put an escape in nearly every block, several in most, and
+/// a lookup per escape was most of its prescan.
+#[cfg(target_arch = "x86_64")]
+struct ByNibbles;
+
+#[cfg(target_arch = "x86_64")]
+impl EscapeCheck for ByNibbles {
+    #[inline(always)]
+    fn not_short(block: &[u8; BLOCK], escaped: u64) -> u64 {
+        let mut short = 0u64;
+        for (i, sixteen) in block.chunks_exact(16).enumerate() {
+            // SAFETY: `ByNibbles` checks only where SSSE3 was found:
+            // `index_by_nibbles`, and the test that asserts it first.
+            let found = unsafe { short_escapes_16(sixteen.try_into().expect("16 bytes")) };
+            short |= u64::from(found) << (16 * i);
+        }
+        escaped & !short
+    }
+}
+
+/// The bytes among 16 that may follow a backslash in one of JSON's short
+/// escapes, a bit per byte. Each such byte's high half picks a bit (`"`
+/// and `/` share 0x2_, `\` is 0x5_, `b f n` 0x6_, `r t` 0x7_) and its
+/// low half the classes it may close; a byte is one when the two agree.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+#[inline]
+unsafe fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        _mm_setr_epi8, _mm_setzero_si128, _mm_shuffle_epi8, _mm_srli_epi16,
+    };
+    // A bit per high half: `"` and `/`, the backslash, `b f n`, `r t`.
+    const X2: i8 = 1;
+    const X5: i8 = 2;
+    const X6: i8 = 4;
+    const X7: i8 = 8;
+    // SAFETY: the load reads, unaligned, exactly the 16 bytes `bytes`
+    // borrows; the caller vouches for SSSE3.
+    unsafe {
+        let by_high = _mm_setr_epi8(0, 0, X2, 0, 0, X5, X6, X7, 0, 0, 0, 0, 0, 0, 0, 0);
+        let by_low = _mm_setr_epi8(
+            0,
+            0,
+            X2 | X6 | X7, // '"' 'b' 'r'
+            0,
+            X7, // 't'
+            0,
+            X6, // 'f'
+            0,
+            0,
+            0,
+            0,
+            0,
+            X5, // '\'
+            0,
+            X6, // 'n'
+            X2, // '/'
+        );
+        let nibble = _mm_set1_epi8(0x0f);
+        let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+        let low = _mm_and_si128(v, nibble);
+        let high = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+        let classes = _mm_and_si128(
+            _mm_shuffle_epi8(by_low, low),
+            _mm_shuffle_epi8(by_high, high),
+        );
+        let none = _mm_cmpeq_epi8(classes, _mm_setzero_si128());
+        !(_mm_movemask_epi8(none) as u32) & 0xffff
+    }
+}
+
 /// Bits at the even positions of a word.
 const EVEN: u64 = 0x5555_5555_5555_5555;
 
 impl Block {
     /// Indexes `block`; `carry` says whether its first byte is escaped and
-    /// is set to whether the next one's is.
+    /// is set to whether the next one's is. `C` checks the escapes.
     #[inline(always)]
-    fn of(block: &[u8; BLOCK], carry: &mut bool) -> Self {
+    fn of<C: EscapeCheck>(block: &[u8; BLOCK], carry: &mut bool) -> Self {
         // Most blocks of a long prompt hold nothing a string stops at: one
         // combined compare tells, and only the others are taken apart.
         let mut specials = 0u64;
@@ -236,13 +362,7 @@ impl Block {
         let mut escaped = 0;
         if backslash != 0 || *carry {
             escaped = escaped_by_backslashes(backslash, carry);
-            // A block holds a few escapes, each looked up on its own.
-            let mut bits = escaped;
-            while bits != 0 {
-                let at = bits.trailing_zeros();
-                bits &= bits - 1;
-                trouble |= u64::from(SHORT_ESCAPES[usize::from(block[at as usize])] == 0) << at;
-            }
+            trouble |= C::not_short(block, escaped);
         }
         Self {
             specials,
@@ -482,6 +602,41 @@ mod tests {
                     "{backslash:064b}, carry {carry}"
                 );
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_nibble_lookup_finds_the_short_escapes_the_table_does() {
+        assert!(
+            std::arch::is_x86_feature_detected!("ssse3"),
+            "the index is checked by nibbles where the processor has SSSE3"
+        );
+        // Every byte value in every lane of a block.
+        for shift in 0..64u8 {
+            let bytes: Vec<u8> = (0..=255u8).map(|byte| byte.wrapping_add(shift)).collect();
+            for block in bytes.chunks_exact(BLOCK) {
+                let block = block.try_into().expect("a whole block");
+                assert_eq!(
+                    ByNibbles::not_short(block, !0),
+                    ByTable::not_short(block, !0),
+                    "{block:?}"
+                );
+            }
+        }
+        // Whole blocks, backslash runs across their edges among them, by
+        // either check.
+        let mut next = xorshift(0x5DEE_CE66_D1CE_4E5Bu64);
+        let [mut by_table, mut by_nibbles] = [false; 2];
+        for round in 0..5000 {
+            let density = [2, 4, 16][round % 3];
+            let block: [u8; BLOCK] = std::array::from_fn(|_| match next() % density {
+                0 => b'\\',
+                _ => [b'"', b'n', b'u', b'/', b't', b'x', 0x0a, 0xe9][(next() % 8) as usize],
+            });
+            let table = Block::of::<ByTable>(&block, &mut by_table);
+            let nibbles = Block::of::<ByNibbles>(&block, &mut by_nibbles);
+            assert_eq!((table, by_table), (nibbles, by_nibbles), "{block:?}");
         }
     }
 
