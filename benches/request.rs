@@ -1,6 +1,7 @@
 //! What reading a request's body costs: an everyday chat body, and a 4 MiB
 //! prompt of two kinds: one plain run (load-tests/bench.js's body) and a
-//! document whose lines and quotes are escapes every ~30 bytes. For the
+//! document whose lines and quotes are escapes every ~13 bytes, the
+//! document also as a text part (`document_part`). For the
 //! large bodies, the prescan (which runs while the body arrives, piece by
 //! piece) is measured apart from the read after the last byte, which is
 //! what adds to the request's time: with the conversation's digest, as a
@@ -22,6 +23,18 @@ const PIECE: usize = 64 << 10;
 /// index, which the index once left out.
 fn chat_body(content: &str) -> Vec<u8> {
     let content = serde_json::to_string(content).expect("serializable");
+    chat_body_with(&content)
+}
+
+/// [`chat_body`] with the prompt as one text part, as the `openai` SDK's
+/// typed content sends it.
+fn chat_body_parts(content: &str) -> Vec<u8> {
+    let content = serde_json::to_string(content).expect("serializable");
+    chat_body_with(&format!(r#"[{{"type":"text","text":{content}}}]"#))
+}
+
+/// A chat body whose last message's `content` is the JSON `content`.
+fn chat_body_with(content: &str) -> Vec<u8> {
     format!(
         r#"{{"model":"Qwen/Qwen3-8B","max_tokens":64,"stream":true,"messages":[{{"role":"system","content":"You are a helpful assistant."}},{{"role":"user","content":{content}}}]}}"#
     )
@@ -52,8 +65,11 @@ fn read(c: &mut Criterion) {
 
     group.sample_size(20);
     group.throughput(Throughput::Bytes(LARGE as u64));
-    for (name, content) in [("plain", "x".repeat(LARGE)), ("document", document(LARGE))] {
-        let body = chat_body(&content);
+    for (name, body) in [
+        ("plain", chat_body(&"x".repeat(LARGE))),
+        ("document", chat_body(&document(LARGE))),
+        ("document_part", chat_body_parts(&document(LARGE))),
+    ] {
         group.bench_function(format!("{name}_4m/whole"), |b| {
             b.iter(|| parse_request(Endpoint::ChatCompletions, black_box(&body)).expect("valid"))
         });

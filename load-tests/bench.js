@@ -36,6 +36,9 @@
 //   PROMPT        words | document: the large body's prompt  words
 //                 (document: lines with quotations, so the JSON
 //                 body has `\n` and `\"` escapes every ~13 bytes)
+//   CONTENT       string | parts: the large prompt as the  string
+//                 message's content string, or as one text part
+//                 of a content list (the openai SDK's typed parts)
 //   SUMMARY_PATH  where the JSON summary goes              (required)
 
 import http from 'k6/http';
@@ -68,6 +71,10 @@ const PROMPT = param('PROMPT', 'words');
 if (PROMPT !== 'words' && PROMPT !== 'document') {
   throw new Error(`PROMPT must be words or document, got "${PROMPT}"`);
 }
+const CONTENT = param('CONTENT', 'string');
+if (CONTENT !== 'string' && CONTENT !== 'parts') {
+  throw new Error(`CONTENT must be string or parts, got "${CONTENT}"`);
+}
 const SUMMARY_PATH = param('SUMMARY_PATH', '');
 if (!SUMMARY_PATH) {
   throw new Error('SUMMARY_PATH is required');
@@ -78,12 +85,12 @@ const PARAMS = { headers: { 'content-type': 'application/json' }, timeout: '60s'
 
 const complete = new Rate('complete');
 
-function chatBody(stream, tokens, text) {
+function chatBody(stream, tokens, text, content = 'string') {
   return JSON.stringify({
     model: MODEL,
     stream,
     max_tokens: tokens,
-    messages: [{ role: 'user', content: text }],
+    messages: [{ role: 'user', content: content === 'parts' ? [{ type: 'text', text }] : text }],
   });
 }
 
@@ -91,7 +98,7 @@ function chatBody(stream, tokens, text) {
 // extraction see text like a real one, or a document's lines, whose newlines
 // and quotation marks the JSON body carries as escapes; built once per VU.
 function paddedBody(bytes) {
-  const head = chatBody(false, 1, '');
+  const head = chatBody(false, 1, '', CONTENT);
   const room = Math.max(0, bytes - head.length);
   let text;
   if (PROMPT === 'document') {
@@ -104,7 +111,7 @@ function paddedBody(bytes) {
     const word = 'lorem ipsum dolor sit amet consectetur ';
     text = word.repeat(Math.ceil(room / word.length)).slice(0, room);
   }
-  const body = chatBody(false, 1, text);
+  const body = chatBody(false, 1, text, CONTENT);
   if (body.length !== bytes && room > 0) {
     throw new Error(`padded body is ${body.length} bytes, wanted ${bytes}`);
   }

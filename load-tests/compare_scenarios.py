@@ -18,6 +18,9 @@ latency percentiles, failures) so the report can put them in one table.
   large-4m-doc
               the same with a document's lines for a prompt: its JSON has a
               `\n` or `\"` escape every ~13 bytes, as a pasted file has.
+  large-4m-parts
+              the document sent as one text part of a content list, as the
+              `openai` SDK's typed content sends it.
   streams-10k `sse_clients.py hold`: 10,000 streams open at once (or as many
               as the descriptor limit allows), the proxy's memory at the peak.
   idle-10k    `sse_clients.py idle`: as many keep-alive connections, each
@@ -532,6 +535,16 @@ def scenarios(plan: Plan) -> list[Scenario]:
                 "request", "fast", ["direct", "nginx", "rolter"],
                 measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
                                                "PROMPT": "document"},
+                           lambda p: p.duration_s),
+            )
+        )
+        out.append(
+            Scenario(
+                "large-4m-parts",
+                "4 MiB request body, the document as one text part, one at a time",
+                "request", "fast", ["direct", "nginx", "rolter"],
+                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
+                                               "PROMPT": "document", "CONTENT": "parts"},
                            lambda p: p.duration_s),
             )
         )

@@ -6,13 +6,15 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::content::push_text;
 use super::raw::{string_value, Raw};
-use super::turns::{Content, Turns};
+use super::turns::{Content, Part, PartFields, PartText, Turns};
 use super::Conversation;
 
-/// One content block; only what routing reads.
+/// One content block, as serde reads a block the envelope scanner left to
+/// it; only what routing reads.
 #[derive(Deserialize)]
-struct Block<'a> {
+struct SerdeBlock<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -63,33 +65,58 @@ fn read_blocks(raw: Raw<'_>, conversation: &mut Conversation) {
         }
         Some(b'[') => {
             if let Ok(blocks) = serde_json::from_str::<Vec<Raw<'_>>>(raw.get()) {
-                read_block_list(&blocks, conversation);
+                for block in blocks {
+                    read_raw_block(block, conversation);
+                }
             }
         }
         _ => {}
     }
 }
 
-/// Blocks, each kept raw, read as [`read_blocks`] reads them.
-fn read_block_list(blocks: &[Raw<'_>], conversation: &mut Conversation) {
+/// Blocks, read as [`read_blocks`] reads them. The scanner reads a block's
+/// `type` and `text` only when it has neither `content` nor `tool_use_id`.
+fn read_block_list(blocks: &[Part<'_>], conversation: &mut Conversation) {
     for block in blocks {
-        let Ok(parsed) = serde_json::from_str::<Block<'_>>(block.get()) else {
-            conversation.push_identity("block", block.get().as_bytes());
-            continue;
-        };
-        match (parsed.kind.as_deref(), &parsed.text) {
-            (Some("text") | None, Some(text)) => conversation.push_text(text),
-            (Some("tool_result"), _) => {
-                if let Some(id) = &parsed.tool_use_id {
-                    conversation.push_identity("tool_use_id", id.as_bytes());
-                }
-                if let Some(content) = parsed.content {
-                    read_blocks(content, conversation);
-                }
+        match &block.fields {
+            Some(fields) => read_block(fields, None, None, block.raw, conversation),
+            None => read_raw_block(block.raw, conversation),
+        }
+    }
+}
+
+/// A block that only serde reads: one it refuses is recorded whole.
+fn read_raw_block(raw: Raw<'_>, conversation: &mut Conversation) {
+    let Ok(block) = serde_json::from_str::<SerdeBlock<'_>>(raw.get()) else {
+        conversation.push_identity("block", raw.get().as_bytes());
+        return;
+    };
+    let fields = PartFields {
+        kind: block.kind,
+        text: block.text.map(PartText::Decoded),
+    };
+    let tool_use_id = block.tool_use_id.as_deref();
+    read_block(&fields, tool_use_id, block.content, raw, conversation);
+}
+
+/// A block's text, a tool result's id and content, or else its identity.
+fn read_block(
+    fields: &PartFields<'_>,
+    tool_use_id: Option<&str>,
+    content: Option<Raw<'_>>,
+    raw: Raw<'_>,
+    conversation: &mut Conversation,
+) {
+    match (fields.kind.as_deref(), &fields.text) {
+        (Some("text") | None, Some(text)) => push_text(conversation, text),
+        (Some("tool_result"), _) => {
+            if let Some(id) = tool_use_id {
+                conversation.push_identity("tool_use_id", id.as_bytes());
             }
-            (kind, _) => {
-                conversation.push_identity(kind.unwrap_or("block"), block.get().as_bytes())
+            if let Some(content) = content {
+                read_blocks(content, conversation);
             }
         }
+        (kind, _) => conversation.push_identity(kind.unwrap_or("block"), raw.get().as_bytes()),
     }
 }

@@ -20,7 +20,10 @@
 //! message's `content` given as a scalar), except a `content` string,
 //! which it checks and leaves to be decoded as it is read
 //! ([`Escaped`]); a `\u` escape of a surrogate that is not half of a pair,
-//! in any string, is left to serde.
+//! in any string, is left to serde. A content list's parts are kept as
+//! they stand, and an object part's `type` and `text` read in the same
+//! pass (its text like a `content` string); a part the scanner cannot
+//! vouch for is left to serde on its own, the rest of the body not.
 
 use std::borrow::Cow;
 
@@ -29,7 +32,7 @@ use super::escaped::{hex4, Escaped};
 use super::plain_run::plain_run;
 use super::prescan::Prescanned;
 use super::raw::Raw;
-use super::turns::{text, Content, Turn, Turns};
+use super::turns::{text, Content, Part, PartFields, PartText, Turn, Turns};
 
 /// Nesting the scanner follows; serde's limit is 128.
 const MAX_DEPTH: usize = 100;
@@ -351,21 +354,14 @@ impl<'a> Scanner<'a> {
     /// A message's `content`, at nesting `depth`; `None` for `null`.
     fn content(&mut self, depth: usize) -> Option<Option<Content<'a>>> {
         match self.peek()? {
-            b'"' => {
-                let text = self.string()?;
-                Some(Some(match text.plain() {
-                    Some(plain) => Content::Text(Cow::Borrowed(plain)),
-                    None => Content::Escaped(Escaped::checked(
-                        self.text,
-                        self.at - text.literal.len() + 1,
-                        self.at - 1,
-                    )),
-                }))
-            }
+            b'"' => Some(Some(match self.string_text()? {
+                PartText::Decoded(text) => Content::Text(text),
+                PartText::Escaped(text) => Content::Escaped(text),
+            })),
             b'[' => {
                 let mut parts = Vec::with_capacity(2);
                 self.array(|scanner| {
-                    parts.push(scanner.raw(depth + 1)?);
+                    parts.push(scanner.part(depth + 1)?);
                     Some(())
                 })?;
                 Some(Some(Content::List(parts)))
@@ -379,6 +375,77 @@ impl<'a> Scanner<'a> {
                 Some(Some(Content::Other))
             }
         }
+    }
+
+    /// One element of a content list, at nesting `depth`, kept as it
+    /// stands, with its `type` and `text` when it is an object serde would
+    /// read them from as the scanner does: each at most once, `type` a
+    /// plain string or `null`, `text` a string or `null`, and neither a
+    /// key the scanner cannot compare undecoded nor a tool result's
+    /// `content` or `tool_use_id` (which Messages reads). Anything else is
+    /// left to serde ([`Part::raw`]), which also reads a list as a part's
+    /// fields in order.
+    fn part(&mut self, depth: usize) -> Option<Part<'a>> {
+        let from = self.at;
+        if self.peek()? != b'{' || depth > MAX_DEPTH {
+            return self.raw(depth).map(Part::raw);
+        }
+        let mut fields = PartFields::default();
+        let mut readable = true;
+        let [mut kind_seen, mut text_seen] = [false; 2];
+        self.object(|scanner, key| {
+            match key.plain() {
+                Some("type") if !kind_seen => {
+                    kind_seen = true;
+                    match scanner.peek()? {
+                        b'"' => match scanner.string()?.plain() {
+                            Some(kind) => fields.kind = Some(Cow::Borrowed(kind)),
+                            None => readable = false,
+                        },
+                        b'n' => scanner.literal("null")?,
+                        _ => {
+                            readable = false;
+                            scanner.skip(depth + 1)?;
+                        }
+                    }
+                }
+                Some("text") if !text_seen => {
+                    text_seen = true;
+                    match scanner.peek()? {
+                        b'"' => fields.text = Some(scanner.string_text()?),
+                        b'n' => scanner.literal("null")?,
+                        _ => {
+                            readable = false;
+                            scanner.skip(depth + 1)?;
+                        }
+                    }
+                }
+                Some("type" | "text" | "content" | "tool_use_id") | None => {
+                    readable = false;
+                    scanner.skip(depth + 1)?;
+                }
+                Some(_) => scanner.skip(depth + 1)?,
+            }
+            Some(())
+        })?;
+        Some(Part {
+            raw: Raw::checked(self.slice(from)),
+            fields: readable.then_some(fields),
+        })
+    }
+
+    /// A string whose text routing reads (a `content`, a part's `text`):
+    /// borrowed, or checked and left to be decoded as it is read.
+    fn string_text(&mut self) -> Option<PartText<'a>> {
+        let text = self.string()?;
+        Some(match text.plain() {
+            Some(plain) => PartText::Decoded(Cow::Borrowed(plain)),
+            None => PartText::Escaped(Escaped::checked(
+                self.text,
+                self.at - text.literal.len() + 1,
+                self.at - 1,
+            )),
+        })
     }
 
     /// A value kept as it stands, at nesting `depth` (the containers
@@ -614,6 +681,8 @@ mod tests {
         r#"{"model":""}"#,
         r#"{}"#,
         r#"{"model":"a\/b\u0041"}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"line\none \"q\"","cache_control":{"type":"ephemeral"}},{"text":"untyped"},{"type":null,"text":"a"},{"type":"text","text":null},{"type":"image_url","image_url":{"url":"data:,x","detail":"low"}},{"type":"input_audio","input_audio":{"data":"AAA","format":"wav"}}]}]}"#,
+        r#"{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"42"}]},{"type":"tool_result","tool_use_id":"t2","content":"7"}]}]}"#,
     ];
 
     /// Bodies serde answers itself: invalid, or read in a way only it knows.
@@ -707,6 +776,59 @@ mod tests {
             assert!(envelope(body.as_bytes()).is_none(), "scanned {content}");
             assert_same(body.as_bytes());
         }
+    }
+
+    #[test]
+    fn content_parts_are_read_as_serde_reads_them() {
+        // Read by the scanner, left to serde, refused by serde: each part
+        // alone and all of them in one list, as chat's parts and as
+        // Messages' blocks.
+        let parts = [
+            r#"{"type":"text","text":"a"}"#,
+            r#"{"text":"no type","detail":[1,{"x":null}]}"#,
+            r#"{"type":null,"text":"a"}"#,
+            r#"{"type":"text","text":null}"#,
+            r#"{"type":"text"}"#,
+            r#"{}"#,
+            r#"{"type":"input_text","text":"responses' kind"}"#,
+            r#"{"type":"text","text":"tab\there \u00e9 \ud83d\ude00"}"#,
+            r#"{"type":"image_url","image_url":{"url":"data:,x"},"text":"caption"}"#,
+            r#"{"type":"text","text":"a","text":"b"}"#,
+            r#"{"type":"text","type":"image_url","text":"a"}"#,
+            r#"{"type":5,"text":"a"}"#,
+            r#"{"type":"text","text":5}"#,
+            r#"{"type":"text","text":["a"]}"#,
+            r#"{"type":"text","text":{"a":1}}"#,
+            r#"{"t\u0065xt":"escaped key"}"#,
+            r#"{"type":"t\u0065xt","text":"escaped type"}"#,
+            r#"["text","a list read as the fields in order"]"#,
+            r#"["text"]"#,
+            r#""a string""#,
+            r#"7"#,
+            r#"null"#,
+            r#"{"type":"tool_result","tool_use_id":"t1","content":"result"}"#,
+            r#"{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"}]}"#,
+            r#"{"type":"tool_result"}"#,
+            r#"{"type":"text","text":"a","content":null}"#,
+            r#"{"type":"text","text":"a","tool_use_id":5}"#,
+        ];
+        let chat = |content: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{content}]}}]}}"#)
+        };
+        for part in parts {
+            let body = chat(part);
+            assert!(envelope(body.as_bytes()).is_some(), "declined {part}");
+            assert_same(body.as_bytes());
+        }
+        assert_same(chat(&parts.join(",")).as_bytes());
+        // The reading is not serde's by accident: a text part and its
+        // plain string read alike, and differ from an image's.
+        let read = |body: &str| parse_request(Endpoint::ChatCompletions, body.as_bytes());
+        let as_part = read(&chat(r#"{"type":"text","text":"same"}"#));
+        let as_string = read(r#"{"model":"m","messages":[{"role":"user","content":"same"}]}"#);
+        let as_image = read(&chat(r#"{"type":"image_url","text":"same"}"#));
+        assert_eq!(as_part, as_string);
+        assert_ne!(as_part, as_image);
     }
 
     #[test]

@@ -61,11 +61,44 @@ pub enum Content<'a> {
     /// A string with escapes, as the envelope scanner met it: decoded as it
     /// is read, never into a copy of its own.
     Escaped(Escaped<'a>),
-    /// A list: chat's parts or Messages' blocks, each kept raw (they are
-    /// small, or images read only by identity).
-    List(Vec<Raw<'a>>),
+    /// A list: chat's parts or Messages' blocks.
+    List(Vec<Part<'a>>),
     /// A number, a boolean or an object: nothing to read.
     Other,
+}
+
+/// One element of a content list (chat's parts, Messages' blocks): kept
+/// raw, for what is read by identity (an image, a tool call), and its
+/// `type` and `text` when the envelope scanner read them.
+pub struct Part<'a> {
+    pub raw: Raw<'a>,
+    /// `None` leaves the part to serde: it was not an object, or held
+    /// something the scanner does not read as serde would (a field given
+    /// twice, an escaped key or `type`, a `text` that is not a string, a
+    /// tool result's `content` or `tool_use_id`).
+    pub fields: Option<PartFields<'a>>,
+}
+
+impl<'a> Part<'a> {
+    /// A part serde is to read.
+    pub fn raw(raw: Raw<'a>) -> Self {
+        Self { raw, fields: None }
+    }
+}
+
+/// A part's `type` and `text`; absent or `null`, `None`.
+#[derive(Default)]
+pub struct PartFields<'a> {
+    pub kind: Option<Cow<'a, str>>,
+    pub text: Option<PartText<'a>>,
+}
+
+/// A part's text: as it stands in the body, decoded by serde, or with
+/// escapes the scanner checked, decoded as it is read (a long prompt sent
+/// as a text part is read as a `content` string is).
+pub enum PartText<'a> {
+    Decoded(Cow<'a, str>),
+    Escaped(Escaped<'a>),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Turns<'a> {
@@ -215,7 +248,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
             fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(2));
                 while let Some(item) = seq.next_element::<Raw<'a>>()? {
-                    items.push(item);
+                    items.push(Part::raw(item));
                 }
                 Ok(Content::List(items))
             }
@@ -281,7 +314,7 @@ mod tests {
         let Some(Content::List(parts)) = &turns[0].content else {
             panic!("not a list");
         };
-        let parts: Vec<_> = parts.iter().map(|p| p.get()).collect();
+        let parts: Vec<_> = parts.iter().map(|p| p.raw.get()).collect();
         assert_eq!(parts, [r#"{"type":"text","text":"a"}"#, "5"]);
         assert_eq!(turns[0].tool_calls.unwrap().get(), r#"[{"id":"c1"}]"#);
     }
