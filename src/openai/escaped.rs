@@ -16,13 +16,40 @@ pub struct Escaped<'a> {
     body: &'a str,
     from: usize,
     to: usize,
+    /// The decoded text's length, when it was counted already.
+    decoded_len: Option<usize>,
 }
 
 impl<'a> Escaped<'a> {
     /// The literal's text at `from..to` of `body` (quotes excluded), which
     /// the scanner checked as described on the type.
     pub(super) fn checked(body: &'a str, from: usize, to: usize) -> Self {
-        Self { body, from, to }
+        Self {
+            body,
+            from,
+            to,
+            decoded_len: None,
+        }
+    }
+
+    /// [`checked`](Self::checked), its decoded length known: the prescan's
+    /// index counted its escapes, so nothing reads the text again only to
+    /// count it.
+    pub(super) fn counted(body: &'a str, from: usize, to: usize, decoded_len: usize) -> Self {
+        Self {
+            decoded_len: Some(decoded_len),
+            ..Self::checked(body, from, to)
+        }
+    }
+
+    /// What is left from `from`, once `decoded` bytes of the text before
+    /// it were decoded.
+    fn rest(&self, from: usize, decoded: usize) -> Self {
+        Self {
+            from,
+            decoded_len: self.decoded_len.map(|len| len - decoded),
+            ..*self
+        }
     }
 
     /// The decoded text, handed to `sink` in order and in pieces that
@@ -53,7 +80,7 @@ impl<'a> Escaped<'a> {
         while block < self.to {
             if gathered.decoded() >= want {
                 gathered.flush(&mut sink);
-                return Self { from: at, ..*self };
+                return self.rest(at, gathered.decoded());
             }
             let mut bits = backslashes(bytes, block);
             if self.to - block < 64 {
@@ -74,18 +101,19 @@ impl<'a> Escaped<'a> {
         }
         gathered.push_plain(self.body, at, self.to, &mut sink);
         gathered.flush(&mut sink);
-        Self {
-            from: self.to,
-            ..*self
-        }
+        self.rest(self.to, gathered.decoded())
     }
 
-    /// The length of the decoded text, counted without decoding it: the
-    /// literal's length less what each escape saves. A block of 64 bytes
+    /// The length of the decoded text: as the prescan counted it, or
+    /// counted here without decoding it, the literal's length less what
+    /// each escape saves. A block of 64 bytes
     /// whose escapes are all short ones, none escaping a backslash, saves
     /// a byte per backslash, counted in one go; a document's `\n` and
     /// `\"` are that case.
     pub fn decoded_len(&self) -> usize {
+        if let Some(len) = self.decoded_len {
+            return len;
+        }
         let bytes = self.body.as_bytes();
         let mut len = self.to - self.from;
         // Past the last escape counted one by one.

@@ -16,8 +16,9 @@
 //! The index also marks which quotes end a string (those no backslash
 //! escapes) and what a string may not hold (a control character, an escape
 //! JSON does not have) or that needs a closer look (a `\u` escape), so the
-//! scanner finds where a string with escapes ends, and that it is valid,
-//! without stopping at each escape ([`Prescanned::string_end`]).
+//! scanner finds where a string with escapes ends, that it is valid, and
+//! how long it is decoded, without stopping at each escape
+//! ([`Prescanned::string_end`]).
 
 use bytes::{Bytes, BytesMut};
 
@@ -57,6 +58,9 @@ struct Block {
     /// characters a backslash escapes that are not one of JSON's short
     /// escapes (`u` among them, which needs a closer look).
     trouble: u64,
+    /// The backslashes that begin an escape: in a string without trouble,
+    /// each is a byte its decoded text does not have.
+    escapes: u64,
 }
 
 impl Prescan {
@@ -173,15 +177,16 @@ impl Prescanned {
     }
 
     /// Where the string whose text starts at `from` (the byte after its
-    /// opening quote) ends, its closing quote, and whether it has escapes,
-    /// when nothing before that quote needs a closer look. `None` leaves
+    /// opening quote) ends, its closing quote, and how many escapes it
+    /// holds (all short ones, each a byte longer than its character), when
+    /// nothing before that quote needs a closer look. `None` leaves
     /// the string to be read escape by escape: it holds a control
     /// character or an escape that is not one of JSON's short ones (a
     /// `\u` escape, or an invalid one), or the body ends first.
-    pub fn string_end(&self, from: usize) -> Option<(usize, bool)> {
+    pub fn string_end(&self, from: usize) -> Option<(usize, usize)> {
         let mut word = from / BLOCK;
         let mut from_here = !0u64 << (from % BLOCK);
-        let mut escaped = 0;
+        let mut escapes = 0;
         loop {
             let block = self.blocks.get(word)?;
             let ends = block.ends & from_here;
@@ -190,10 +195,10 @@ impl Prescanned {
             if block.trouble & inside != 0 {
                 return None;
             }
-            escaped |= block.specials & inside;
+            escapes += (block.escapes & inside).count_ones() as usize;
             if ends != 0 {
                 let end = word * BLOCK + ends.trailing_zeros() as usize;
-                return Some((end, escaped != 0));
+                return Some((end, escapes));
             }
             word += 1;
             from_here = !0;
@@ -349,6 +354,7 @@ impl Block {
                 specials,
                 ends: 0,
                 trouble: 0,
+                escapes: 0,
             };
         }
         let [mut quote, mut backslash, mut control] = [0u64; 3];
@@ -359,40 +365,47 @@ impl Block {
             control |= u64::from(c) << (16 * i);
         }
         let mut trouble = control;
-        let mut escaped = 0;
+        let [mut escaped, mut escapes] = [0; 2];
         if backslash != 0 || *carry {
-            escaped = escaped_by_backslashes(backslash, carry);
+            [escaped, escapes] = escapes_of(backslash, carry);
             trouble |= C::not_short(block, escaped);
         }
         Self {
             specials,
             ends: quote & !escaped,
             trouble,
+            escapes,
         }
     }
 }
 
 /// The bytes of a block that a backslash escapes, backslashes aside (those
-/// in a run escape one another), given its backslashes. A run pairs up
-/// from its start, so a run of odd length escapes the byte after it; for a
-/// run at the block's end that is the next block's first byte (`carry`,
-/// in and out). Branch-free: adding a
-/// run's lowest bit to the run carries through it to the bit after it,
-/// and a run is odd when it starts and ends after on positions of
-/// different parity.
+/// in a run escape one another), and the backslashes that begin an
+/// escape, given its backslashes. A run pairs up from its start, so its
+/// escapes begin on positions of its start's parity, and a run of odd
+/// length escapes the byte after it; for a run at the block's end that is
+/// the next block's first byte (`carry`, in and out). Branch-free: adding
+/// a run's lowest bit to the run carries through it to the bit after it,
+/// clearing it, and a run is odd when it starts and ends after on
+/// positions of different parity.
 #[inline(always)]
-fn escaped_by_backslashes(all_backslashes: u64, carry: &mut bool) -> u64 {
+fn escapes_of(all_backslashes: u64, carry: &mut bool) -> [u64; 2] {
     let carried = u64::from(*carry);
     // An escaped first byte is a character, even when it is a backslash.
     let backslash = all_backslashes & !carried;
     let starts = backslash & !(backslash << 1);
-    let after_even_starts = backslash.wrapping_add(starts & EVEN) & !backslash;
+    let even_sum = backslash.wrapping_add(starts & EVEN);
+    let after_even_starts = even_sum & !backslash;
     let (sum, overflow) = backslash.overflowing_add(starts & !EVEN);
     let after_odd_starts = sum & !backslash;
     // A run from an odd start to the block's end is odd: it escapes the
     // next block's first byte. One from an even start is even.
     *carry = overflow;
-    (carried | (after_even_starts & !EVEN) | (after_odd_starts & EVEN)) & !all_backslashes
+    let escaped =
+        (carried | (after_even_starts & !EVEN) | (after_odd_starts & EVEN)) & !all_backslashes;
+    let from_even_starts = backslash & !even_sum;
+    let begin = (from_even_starts & EVEN) | (backslash & !from_even_starts & !EVEN);
+    [escaped, begin]
 }
 
 /// The quotes, backslashes and control characters among 16 bytes, one bit
@@ -493,18 +506,18 @@ mod tests {
     }
 
     /// Where a string whose text starts at `from` ends, read byte by
-    /// byte: its closing quote and whether it had escapes, or `None` for a
-    /// control character, an escape other than JSON's short ones, or no
+    /// byte: its closing quote and how many escapes it had, or `None` for
+    /// a control character, an escape other than JSON's short ones, or no
     /// end.
-    fn string_end_by_bytes(body: &[u8], from: usize) -> Option<(usize, bool)> {
+    fn string_end_by_bytes(body: &[u8], from: usize) -> Option<(usize, usize)> {
         let mut at = from;
-        let mut escaped = false;
+        let mut escapes = 0;
         loop {
             match *body.get(at)? {
-                b'"' => return Some((at, escaped)),
+                b'"' => return Some((at, escapes)),
                 b'\\' => match body.get(at + 1)? {
                     b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
-                        escaped = true;
+                        escapes += 1;
                         at += 2;
                     }
                     _ => return None,
@@ -548,10 +561,10 @@ mod tests {
                         "round {round}, from {from}: the index gave up on {by_bytes:?}"
                     ),
                 }
-                found[match (by_index, by_bytes) {
-                    (Some((_, false)), _) => 0,
-                    (Some((_, true)), _) => 1,
-                    (None, _) => 2,
+                found[match by_index {
+                    Some((_, 0)) => 0,
+                    Some(_) => 1,
+                    None => 2,
                 }] += 1;
             }
         }
@@ -560,21 +573,22 @@ mod tests {
     }
 
     #[test]
-    fn escaped_bytes_are_those_after_an_odd_run_of_backslashes() {
+    fn escapes_begin_and_escape_as_runs_of_backslashes_pair_up() {
         // Byte by byte, over a word: a run pairs up from its start.
         // Backslashes escaped are left out, as the index leaves them.
-        fn by_runs(backslash: u64, carry: bool) -> (u64, bool) {
-            let mut escaped = 0;
+        fn by_runs(backslash: u64, carry: bool) -> ([u64; 2], bool) {
+            let [mut escaped, mut begin] = [0; 2];
             let mut odd = carry;
             for i in 0..64 {
                 if odd {
                     escaped |= 1 << i;
                     odd = false;
                 } else if backslash >> i & 1 == 1 {
+                    begin |= 1 << i;
                     odd = true;
                 }
             }
-            (escaped & !backslash, odd)
+            ([escaped & !backslash, begin], odd)
         }
         let mut next = xorshift(0x0123_4567_89AB_CDEFu64);
         let edges = [
@@ -595,9 +609,9 @@ mod tests {
         for backslash in words {
             for carry in [false, true] {
                 let mut carried = carry;
-                let escaped = escaped_by_backslashes(backslash, &mut carried);
+                let escapes = escapes_of(backslash, &mut carried);
                 assert_eq!(
-                    (escaped, carried),
+                    (escapes, carried),
                     by_runs(backslash, carry),
                     "{backslash:064b}, carry {carry}"
                 );

@@ -537,9 +537,11 @@ fn read_prompt(raw: Raw<'_>, conversation: &mut Conversation) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use rolter_balancer::RouteContext;
 
     use super::*;
+    use crate::openai::Prescan;
 
     fn chat(body: &str) -> Result<ParsedRequest, RequestError> {
         parse_request(Endpoint::ChatCompletions, body.as_bytes())
@@ -756,7 +758,18 @@ mod tests {
     /// every endpoint that reads a conversation.
     #[test]
     fn skipping_the_digest_reads_the_same_text_and_length() {
-        let line = r#"The committee said \"yes\" to the plan \u00e9\ud83d\ude00.\n"#;
+        // Counted escape by escape (a `\u` escape), or by the prescan's
+        // index (short escapes, backslash runs among them).
+        for line in [
+            r#"The committee said \"yes\" to the plan \u00e9\ud83d\ude00.\n"#,
+            r#"The committee said \"yes\" to the plan.\n"#,
+            r#"C:\\path\\\"quoted\\\\\" \/ \b\f\r\t"#,
+        ] {
+            skipping_the_digest_reads_the_same_text_and_length_of(line);
+        }
+    }
+
+    fn skipping_the_digest_reads_the_same_text_and_length_of(line: &str) {
         let long = line.repeat(2 * RouteContext::MAX_PROMPT_BYTES / line.len());
         let bodies = [
             (
@@ -799,6 +812,25 @@ mod tests {
                     .parse(digest)
             };
             let (kept, skipped) = (read(Digest::Kept), read(Digest::Skipped));
+            // As it arrived: the same, whatever the pieces.
+            for cut in [7, 4093] {
+                let mut prescan = Prescan::with_pieces(body.len(), &[]);
+                for piece in body.as_bytes().chunks(cut) {
+                    prescan.push(piece);
+                }
+                let prescanned = prescan.finish().expect("UTF-8");
+                let read = |digest| {
+                    read_prescanned(endpoint, &prescanned)
+                        .unwrap()
+                        .parse(digest)
+                };
+                assert_eq!(read(Digest::Kept), kept, "{endpoint:?} in pieces of {cut}");
+                assert_eq!(
+                    read(Digest::Skipped),
+                    skipped,
+                    "{endpoint:?} in pieces of {cut}"
+                );
+            }
             assert_eq!(skipped.prompt, kept.prompt, "{endpoint:?}");
             assert_eq!(skipped.prompt_len, kept.prompt_len, "{endpoint:?}");
             assert_ne!(kept.prompt_digest, 0, "{endpoint:?}");
@@ -816,6 +848,13 @@ mod tests {
         let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{long}"}}]}}"#);
         let decoded: String = serde_json::from_str(&format!("\"{long}\"")).unwrap();
         let skipped = read_request(Endpoint::ChatCompletions, body.as_bytes())
+            .unwrap()
+            .parse(Digest::Skipped);
+        assert_eq!(skipped.prompt_len, "user: ".len() + decoded.len());
+        let prescanned = Prescan::with_pieces(body.len(), &[Bytes::from(body.clone())])
+            .finish()
+            .expect("UTF-8");
+        let skipped = read_prescanned(Endpoint::ChatCompletions, &prescanned)
             .unwrap()
             .parse(Digest::Skipped);
         assert_eq!(skipped.prompt_len, "user: ".len() + decoded.len());

@@ -119,6 +119,9 @@ struct Text<'a> {
     /// The literal, quotes included.
     literal: &'a str,
     escaped: bool,
+    /// The decoded text's length, when the prescan's index counted the
+    /// escapes.
+    decoded_len: Option<usize>,
 }
 
 impl<'a> Text<'a> {
@@ -438,14 +441,14 @@ impl<'a> Scanner<'a> {
     /// borrowed, or checked and left to be decoded as it is read.
     fn string_text(&mut self) -> Option<PartText<'a>> {
         let text = self.string()?;
-        Some(match text.plain() {
-            Some(plain) => PartText::Decoded(Cow::Borrowed(plain)),
-            None => PartText::Escaped(Escaped::checked(
-                self.text,
-                self.at - text.literal.len() + 1,
-                self.at - 1,
-            )),
-        })
+        if let Some(plain) = text.plain() {
+            return Some(PartText::Decoded(Cow::Borrowed(plain)));
+        }
+        let (from, to) = (self.at - text.literal.len() + 1, self.at - 1);
+        Some(PartText::Escaped(match text.decoded_len {
+            Some(decoded_len) => Escaped::counted(self.text, from, to, decoded_len),
+            None => Escaped::checked(self.text, from, to),
+        }))
     }
 
     /// A value kept as it stands, at nesting `depth` (the containers
@@ -530,11 +533,13 @@ impl<'a> Scanner<'a> {
         let bytes = self.text.as_bytes();
         let from = self.at;
         self.eat(b'"')?;
-        if let Some((end, escaped)) = self.index.and_then(|index| index.string_end(self.at)) {
+        if let Some((end, escapes)) = self.index.and_then(|index| index.string_end(self.at)) {
+            let decoded_len = end - self.at - escapes;
             self.at = end + 1;
             return Some(Text {
                 literal: self.slice(from),
-                escaped,
+                escaped: escapes > 0,
+                decoded_len: Some(decoded_len),
             });
         }
         let mut at = self.at;
@@ -547,6 +552,7 @@ impl<'a> Scanner<'a> {
                     return Some(Text {
                         literal: self.slice(from),
                         escaped,
+                        decoded_len: None,
                     });
                 }
                 b'\\' => {
