@@ -38,8 +38,8 @@ pub struct Prescan {
     utf8_broken: bool,
     /// The index, a [`Block`] per whole 64 bytes received, and one for
     /// the tail past them once the body is whole ([`Prescan::finish`]).
-    /// Three eighths of the body's size, dropped with the `Prescanned`
-    /// once the body is parsed.
+    /// Half the body's size, dropped with the `Prescanned` once the body
+    /// is parsed.
     blocks: Vec<Block>,
     /// The next block's first byte is escaped: the last one ended in a
     /// backslash run of odd length.
