@@ -47,7 +47,7 @@ impl<'a> Escaped<'a> {
     fn rest(&self, from: usize, decoded: usize) -> Self {
         Self {
             from,
-            decoded_len: self.decoded_len.map(|len| len - decoded),
+            decoded_len: self.decoded_len.map(|len| len.saturating_sub(decoded)),
             ..*self
         }
     }
@@ -106,10 +106,9 @@ impl<'a> Escaped<'a> {
 
     /// The length of the decoded text: as the prescan counted it, or
     /// counted here without decoding it, the literal's length less what
-    /// each escape saves. A block of 64 bytes
-    /// whose escapes are all short ones, none escaping a backslash, saves
-    /// a byte per backslash, counted in one go; a document's `\n` and
-    /// `\"` are that case.
+    /// each escape saves. A block of 64 bytes whose escapes are all short
+    /// ones, none escaping a backslash, saves a byte per backslash,
+    /// counted in one go; a document's `\n` and `\"` are that case.
     pub fn decoded_len(&self) -> usize {
         if let Some(len) = self.decoded_len {
             return len;
