@@ -528,26 +528,21 @@ def scenarios(plan: Plan) -> list[Scenario]:
             )
         )
     if 4 << 20 in plan.large_sizes:
-        out.append(
-            Scenario(
-                "large-4m-doc",
-                "4 MiB request body, a document's lines (an escape every ~13 bytes), one at a time",
-                "request", "fast", ["direct", "nginx", "rolter"],
-                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
-                                               "PROMPT": "document"},
-                           lambda p: p.duration_s),
+        # The 4 MiB body's prompt as a document, sent as a string and as a
+        # text part.
+        for name, title, content in (
+            ("large-4m-doc", "a document's lines (an escape every ~13 bytes)", "string"),
+            ("large-4m-parts", "the document as one text part", "parts"),
+        ):
+            out.append(
+                Scenario(
+                    name, f"4 MiB request body, {title}, one at a time",
+                    "request", "fast", ["direct", "nginx", "rolter"],
+                    measure_k6("large", lambda p, c=content: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
+                                                              "PROMPT": "document", "CONTENT": c},
+                               lambda p: p.duration_s),
+                )
             )
-        )
-        out.append(
-            Scenario(
-                "large-4m-parts",
-                "4 MiB request body, the document as one text part, one at a time",
-                "request", "fast", ["direct", "nginx", "rolter"],
-                measure_k6("large", lambda p: {"VUS": 1, "BODY_BYTES": (4 << 20) + ODD_TAIL,
-                                               "PROMPT": "document", "CONTENT": "parts"},
-                           lambda p: p.duration_s),
-            )
-        )
     out.append(
         Scenario(
             "sat-chat",
