@@ -130,14 +130,13 @@ async fn read_whole_body(
     }
     let mut arrival = Arrival::new(declared.filter(|_| json));
     loop {
-        match session.read_request_body().await {
-            Ok(Some(piece)) => {
-                if arrival.received() + piece.len() > limit {
+        match arrival.read_from(session).await {
+            Ok(true) => {
+                if arrival.received() > limit {
                     return Err(GatewayError::BodyTooLarge { limit });
                 }
-                arrival.push(piece);
             }
-            Ok(None) => return Ok(arrival.finish()),
+            Ok(false) => return Ok(arrival.finish()),
             Err(e) if e.etype() == &pingora::ErrorType::ReadTimedout => {
                 return Err(GatewayError::BodyTimeout {
                     after: CLIENT_BODY_READ_TIMEOUT,
@@ -156,8 +155,9 @@ async fn read_whole_body(
 /// still sending. So the pieces are kept as Pingora hands them over (the
 /// first alone is the whole of most bodies, and is never copied) until
 /// half of the declared length is in; from there the body is one buffer of
-/// the declared length, each piece appended and prescanned as it comes
-/// (`openai::Prescan`). Nothing is reserved on the client's word alone:
+/// the declared length, each piece read from the socket into it and
+/// prescanned as it comes (`openai::Prescan`). Nothing is reserved on the
+/// client's word alone:
 /// the buffer is at most twice what the client has sent. A body with no
 /// declared length (chunked), or one that is not JSON, is joined once,
 /// whole: one copy of the body, as before.
@@ -181,6 +181,28 @@ impl Arrival {
 
     fn received(&self) -> usize {
         self.received
+    }
+
+    /// Reads the next piece of the body from `session`; `false` once the
+    /// body is whole. Once prescanning, the piece is read into the
+    /// prescan's buffer in place (`read_request_body_into`, a
+    /// `pingora-core` patch), not into a buffer of its own and copied.
+    async fn read_from(&mut self, session: &mut Session) -> pingora::Result<bool> {
+        if let Some(prescan) = &mut self.prescan {
+            let Some(read) = session.read_request_body_into(prescan.room()).await? else {
+                return Ok(false);
+            };
+            self.received += read;
+            prescan.appended();
+            return Ok(true);
+        }
+        match session.read_request_body().await? {
+            Some(piece) => {
+                self.push(piece);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn push(&mut self, piece: Bytes) {
@@ -397,6 +419,105 @@ mod tests {
         broken[len - 10] = 0xff;
         let (read, _) = arrive(Some(len), &broken, 64);
         assert!(matches!(&read, ReadBody::Bytes(b) if b[..] == broken[..]));
+    }
+
+    /// The next request on a connection, pipelined behind a body.
+    const NEXT: &[u8] = b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    /// A Pingora HTTP/1 session on a real socket whose client sends a
+    /// request with `body` in writes growing from 3,000 bytes, 2 ms apart,
+    /// the last of them with [`NEXT`] in it; its header read. The client's
+    /// task hands back its end of the connection.
+    async fn session_receiving(
+        body: &[u8],
+    ) -> (Session, tokio::task::JoinHandle<tokio::net::TcpStream>) {
+        use tokio::io::AsyncWriteExt;
+
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let sent = body.to_vec();
+        let client = tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let (mut at, mut size) = (0, 3_000);
+            while sent.len() - at > size {
+                stream.write_all(&sent[at..at + size]).await.unwrap();
+                at += size;
+                size = size * 3 / 2;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            stream
+                .write_all(&[&sent[at..], NEXT].concat())
+                .await
+                .unwrap();
+            stream
+        });
+        let (socket, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("the client connects")
+            .unwrap();
+        let stream = pingora::protocols::l4::stream::Stream::from(socket);
+        let mut session = Session::new_h1(Box::new(stream));
+        assert!(session.read_request().await.unwrap());
+        (session, client)
+    }
+
+    /// Once prescanning, every piece lands in the prescan's one buffer in
+    /// place (it is never reallocated, so nothing was copied into a new
+    /// one), and the body reads whole.
+    #[tokio::test]
+    async fn pieces_past_half_are_read_into_the_prescans_buffer_in_place() {
+        let text = "a line of a \"document\"\\n ".repeat(24_000);
+        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{text}"}}]}}"#);
+        let len = body.len();
+        let (mut session, client) = session_receiving(body.as_bytes()).await;
+        let mut arrival = Arrival::new(Some(len));
+        let (mut prescanning, mut buffer) = (0, None);
+        let reading = async {
+            while arrival.read_from(&mut session).await.unwrap() {
+                if let Some(prescan) = &mut arrival.prescan {
+                    let room = prescan.room();
+                    let at = (room.as_ptr(), room.capacity());
+                    assert_eq!(*buffer.get_or_insert(at), at, "the buffer was reallocated");
+                    prescanning += 1;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reading)
+            .await
+            .expect("the body arrives");
+        // The piece that started the prescan, and reads into it after.
+        assert!(prescanning >= 3, "{prescanning} pieces while prescanning");
+        assert_eq!(arrival.received(), len);
+        let ReadBody::Prescanned(read) = arrival.finish() else {
+            panic!("a JSON body of declared length was not prescanned");
+        };
+        assert!(read.body() == body.as_bytes(), "the body read changed");
+        drop(client.await.unwrap());
+    }
+
+    /// Read into a buffer with room to spare, no read takes a byte past
+    /// the body's end, though the next request follows it in the same
+    /// write: those bytes are the next request's.
+    #[tokio::test]
+    async fn a_read_into_a_roomy_buffer_stops_at_the_bodys_end() {
+        let body: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let (mut session, client) = session_receiving(&body).await;
+        let mut read = BytesMut::with_capacity(1 << 20);
+        let reading = async {
+            while let Some(n) = session.read_request_body_into(&mut read).await.unwrap() {
+                assert!(n > 0 && read.len() <= body.len(), "read past the body");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reading)
+            .await
+            .expect("the body arrives");
+        assert!(read[..] == body[..], "the body read changed");
+        drop(client.await.unwrap());
     }
 
     #[test]

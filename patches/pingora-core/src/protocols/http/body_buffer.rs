@@ -32,7 +32,9 @@ impl FixedBuffer {
     }
 
     // TODO: maybe store a Vec of Bytes for zero-copy
-    pub fn write_to_buffer(&mut self, data: &Bytes) {
+    // rolter patch: takes a slice, so a body read into a caller's buffer
+    // (`v1::server::HttpSession::read_body_into`) is buffered without a `Bytes` of its own.
+    pub fn write_to_buffer(&mut self, data: &[u8]) {
         if self.truncated {
             return;
         }

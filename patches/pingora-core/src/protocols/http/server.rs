@@ -175,6 +175,22 @@ impl Session {
         }
     }
 
+    /// rolter patch: reads the next piece of the request body into `dest`,
+    /// appended; its length, `Ok(None)` when there is no (more) body. An
+    /// HTTP/1 body of declared length is read from the socket straight into
+    /// `dest` (`v1::server::HttpSession::read_body_into`); the other
+    /// protocols' pieces are copied in.
+    pub async fn read_request_body_into(&mut self, dest: &mut BytesMut) -> Result<Option<usize>> {
+        if let Self::H1(s) = self {
+            return s.read_body_into(dest).await;
+        }
+        let Some(piece) = self.read_request_body().await? else {
+            return Ok(None);
+        };
+        dest.extend_from_slice(&piece);
+        Ok(Some(piece.len()))
+    }
+
     /// Discard the request body by reading it until completion.
     ///
     /// This is useful for making streams reusable (in particular for HTTP/1.1) after returning an

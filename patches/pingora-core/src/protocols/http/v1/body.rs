@@ -40,6 +40,10 @@ const BODY_READ_START: usize = 1024 * 4;
 /// buffer is given back for a smaller one once it is twice the size of the
 /// read: an SSE stream's reads settle at 1 KiB, and so does what it holds.
 const BODY_READ_MIN: usize = 1024;
+/// rolter patch: the most one read into a caller's buffer asks for
+/// (`BodyReader::read_sized_body_into`). The caller reads each piece as it
+/// lands (rolter indexes it); a piece this size is still in the cache.
+const BODY_READ_INTO_MAX: usize = 1024 * 128;
 // limit how much incomplete chunk-size and chunk-ext to buffer
 const PARTIAL_CHUNK_HEAD_LIMIT: usize = 1024 * 8;
 // Trailers: https://datatracker.ietf.org/doc/html/rfc9112#section-7.1.2
@@ -523,6 +527,66 @@ impl BodyReader {
             }
             _ => panic!("wrong body state: {:?}", self.body_state),
         }
+    }
+
+    /// rolter patch: whether the next piece of the body may be read
+    /// straight into a caller's buffer ([`Self::read_sized_body_into`]): a
+    /// request body of declared length, with nothing read ahead of it
+    /// waiting in the body buffer.
+    pub fn reads_into(&self) -> bool {
+        matches!(self.body_state, PS::Partial(..)) && !self.upstream && self.rewind_buf_len == 0
+    }
+
+    /// rolter patch: reads the next piece of a sized request body into
+    /// `dest`, appended, rather than into the body buffer for the caller to
+    /// copy out. The read asks for what is left of the body, as far as
+    /// `dest` has room for it (at least the usual read size) and at most
+    /// [`BODY_READ_INTO_MAX`], so it never takes a byte past the body's end
+    /// and reserves nothing on the client's declared length alone. Only
+    /// when [`Self::reads_into`].
+    pub async fn read_sized_body_into<S>(
+        &mut self,
+        stream: &mut S,
+        dest: &mut BytesMut,
+    ) -> Result<Option<usize>>
+    where
+        S: AsyncRead + Unpin + Send,
+    {
+        let PS::Partial(read, to_read) = self.body_state else {
+            return match self.body_state {
+                PS::Complete(_) | PS::Done(_) => Ok(None),
+                _ => Error::e_explain(
+                    InternalError,
+                    format!("reading a sized body into a buffer in state {:?}", self.body_state),
+                ),
+            };
+        };
+        if !self.reads_into() {
+            return Error::e_explain(InternalError, "reading a sized body into a buffer: bytes wait");
+        }
+        let room = dest.capacity() - dest.len();
+        let read_size = to_read.min(room.max(self.next_read_size())).min(BODY_READ_INTO_MAX);
+        dest.reserve(read_size);
+        let n = stream
+            .take(read_size as u64)
+            .read_buf(dest)
+            .await
+            .or_err(ReadError, "when reading body")?;
+        if n == 0 {
+            self.body_state = PS::Done(read);
+            return Error::e_explain(
+                ConnectionClosed,
+                format!(
+                    "Peer prematurely closed connection with {to_read} bytes of body remaining to read"
+                ),
+            );
+        }
+        self.body_state = if n >= to_read {
+            PS::Complete(read + to_read)
+        } else {
+            PS::Partial(read + n, to_read - n)
+        };
+        Ok(Some(n))
     }
 
     pub async fn do_read_body_until_closed<S>(&mut self, stream: &mut S) -> Result<Option<BufRef>>

@@ -611,6 +611,44 @@ impl HttpSession {
         }))
     }
 
+    /// rolter patch: reads the next piece of the request body into `dest`,
+    /// appended; its length, `Ok(None)` when there is no (more) body. A
+    /// body of declared length goes from the socket straight into `dest`
+    /// (see `BodyReader::read_sized_body_into`), so a caller gathering the
+    /// whole body in one buffer does not copy each piece into it. Any
+    /// other piece (the bytes read with the header, a chunked body) is
+    /// read as [`Self::read_body_bytes`] reads it and copied in.
+    pub async fn read_body_into(&mut self, dest: &mut BytesMut) -> Result<Option<usize>> {
+        self.init_body_reader();
+        if !self.body_reader.reads_into() || self.was_upgraded() {
+            let Some(piece) = self.read_body_bytes().await? else {
+                return Ok(None);
+            };
+            dest.extend_from_slice(&piece);
+            return Ok(Some(piece.len()));
+        }
+        let start = dest.len();
+        let read = self
+            .body_reader
+            .read_sized_body_into(&mut self.underlying_stream, dest);
+        let read = match self.read_timeout {
+            Some(t) => match timeout(t, read).await {
+                Ok(res) => res,
+                Err(_) => {
+                    return Error::e_explain(ReadTimedout, format!("reading body, timeout: {t:?}"))
+                }
+            },
+            None => read.await,
+        }?;
+        if let Some(n) = read {
+            self.body_bytes_read += n;
+            if let Some(buffer) = self.retry_buffer.as_mut() {
+                buffer.write_to_buffer(&dest[start..start + n]);
+            }
+        }
+        Ok(read)
+    }
+
     async fn do_read_body(&mut self) -> Result<Option<BufRef>> {
         self.init_body_reader();
         self.body_reader
