@@ -369,38 +369,48 @@ fn summarize(blocks: &[Block], groups: &mut Vec<Group>) {
 unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
     use std::arch::x86_64::{
         __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_max_epu8,
-        _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8, _mm256_setr_epi8,
-        _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_srli_epi16,
+        _mm256_or_si256, _mm256_set1_epi8, _mm256_setr_epi8, _mm256_setzero_si256,
+        _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_testz_si256,
     };
     // SAFETY: the two loads read, unaligned, the 64 bytes `block` borrows
     // (32 from its start, 32 from its middle); the caller vouches for AVX2.
     unsafe {
-        let halves = [
-            _mm256_loadu_si256(block.as_ptr().cast::<__m256i>()),
-            _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>()),
-        ];
-        // A bit per byte of the block from the masks of its two halves.
-        let bits = |[low, high]: [__m256i; 2]| {
-            u64::from(_mm256_movemask_epi8(low) as u32)
-                | u64::from(_mm256_movemask_epi8(high) as u32) << 32
-        };
-        let equal = |byte: u8| halves.map(|v| _mm256_cmpeq_epi8(v, _mm256_set1_epi8(byte as i8)));
-        let [quote, backslash] = [equal(b'"'), equal(b'\\')];
-        // Unsigned `v <= 0x1f` is `max(v, 0x1f) == 0x1f`.
+        let low = _mm256_loadu_si256(block.as_ptr().cast::<__m256i>());
+        let high = _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>());
+        let quote_byte = _mm256_set1_epi8(b'"' as i8);
+        let backslash_byte = _mm256_set1_epi8(b'\\' as i8);
         let limit = _mm256_set1_epi8(0x1f);
-        let control = halves.map(|v| _mm256_cmpeq_epi8(_mm256_max_epu8(v, limit), limit));
-        let any = |i: usize| _mm256_or_si256(_mm256_or_si256(quote[i], backslash[i]), control[i]);
-        let specials = bits([any(0), any(1)]);
-        if specials == 0 && !*carry {
+        let quote = [
+            _mm256_cmpeq_epi8(low, quote_byte),
+            _mm256_cmpeq_epi8(high, quote_byte),
+        ];
+        let backslash = [
+            _mm256_cmpeq_epi8(low, backslash_byte),
+            _mm256_cmpeq_epi8(high, backslash_byte),
+        ];
+        let control = [
+            _mm256_cmpeq_epi8(_mm256_max_epu8(low, limit), limit),
+            _mm256_cmpeq_epi8(_mm256_max_epu8(high, limit), limit),
+        ];
+        let any = [
+            _mm256_or_si256(_mm256_or_si256(quote[0], backslash[0]), control[0]),
+            _mm256_or_si256(_mm256_or_si256(quote[1], backslash[1]), control[1]),
+        ];
+        // The masks are made 64-bit words only past this test: combined
+        // any earlier, LLVM took them apart byte by byte.
+        let either = _mm256_or_si256(any[0], any[1]);
+        if _mm256_testz_si256(either, either) == 1 && !*carry {
             return Block {
-                specials,
+                specials: 0,
                 ends: 0,
                 trouble: 0,
                 escapes: 0,
             };
         }
-        let [quote, backslash, control] = [quote, backslash, control].map(bits);
-        let mut trouble = control;
+        let specials = mask_64(any[0], any[1]);
+        let quote = mask_64(quote[0], quote[1]);
+        let backslash = mask_64(backslash[0], backslash[1]);
+        let mut trouble = mask_64(control[0], control[1]);
         let [mut escaped, mut escapes] = [0; 2];
         if backslash != 0 || *carry {
             [escaped, escapes] = escapes_of(backslash, carry);
@@ -420,7 +430,7 @@ unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
                 0, 0, X2 | X6 | X7, 0, X7, 0, X6, 0, 0, 0, 0, 0, X5, 0, X6, X2,
             );
             let nibble = _mm256_set1_epi8(0x0f);
-            let not_short = halves.map(|v| {
+            let not_short = |v: __m256i| {
                 let low = _mm256_and_si256(v, nibble);
                 let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
                 let classes = _mm256_and_si256(
@@ -428,8 +438,8 @@ unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
                     _mm256_shuffle_epi8(by_high, high),
                 );
                 _mm256_cmpeq_epi8(classes, _mm256_setzero_si256())
-            });
-            trouble |= escaped & bits(not_short);
+            };
+            trouble |= escaped & mask_64(not_short(low), not_short(high));
         }
         Block {
             specials,
@@ -438,6 +448,18 @@ unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
             escapes,
         }
     }
+}
+
+/// A bit per byte of a block from the compare masks of its two 32-byte
+/// halves.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn mask_64(low: std::arch::x86_64::__m256i, high: std::arch::x86_64::__m256i) -> u64 {
+    use std::arch::x86_64::_mm256_movemask_epi8;
+    let low = _mm256_movemask_epi8(low) as u32;
+    let high = _mm256_movemask_epi8(high) as u32;
+    u64::from(low) | u64::from(high) << 32
 }
 
 impl Group {
