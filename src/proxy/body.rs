@@ -158,9 +158,8 @@ async fn read_whole_body(
 /// the declared length, each piece read from the socket into it and
 /// prescanned as it comes (`openai::Prescan`). Nothing is reserved on the
 /// client's word alone: the buffer is at most twice what the client has
-/// sent. A body with no
-/// declared length (chunked), or one that is not JSON, is joined once,
-/// whole: one copy of the body, as before.
+/// sent. A body with no declared length (chunked), or one that is not
+/// JSON, is joined once, whole: one copy of the body, as before.
 struct Arrival {
     /// The length to prescan toward; `None` never prescans.
     declared: Option<usize>,
