@@ -360,20 +360,22 @@ fn summarize(blocks: &[Block], groups: &mut Vec<Group>) {
 
 /// [`Block::of`] in 32-byte AVX2 operations: the quotes, backslashes and
 /// control characters of each half by three compares, and JSON's short
-/// escapes by the nibble lookups of [`short_escapes_16`], 32 bytes at a
-/// time (the byte shuffle looks up within each 16-byte lane, so both
-/// lanes hold the same table).
+/// escapes by the nibble lookups of [`SHORT_BY_HIGH`], 32 bytes at a time
+/// (the byte shuffle looks up within each 16-byte lane, so both lanes
+/// hold the same table).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
 #[inline]
 unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
     use std::arch::x86_64::{
-        __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_max_epu8,
-        _mm256_or_si256, _mm256_set1_epi8, _mm256_setr_epi8, _mm256_setzero_si256,
-        _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_testz_si256,
+        __m128i, __m256i, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8,
+        _mm256_loadu_si256, _mm256_max_epu8, _mm256_or_si256, _mm256_set1_epi8,
+        _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_testz_si256,
+        _mm_loadu_si128,
     };
-    // SAFETY: the two loads read, unaligned, the 64 bytes `block` borrows
-    // (32 from its start, 32 from its middle); the caller vouches for AVX2.
+    // SAFETY: the two loads of `block` read, unaligned, the 64 bytes it
+    // borrows (32 from its start, 32 from its middle), and each load of a
+    // table its 16 bytes; the caller vouches for AVX2.
     unsafe {
         let low = _mm256_loadu_si256(block.as_ptr().cast::<__m256i>());
         let high = _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>());
@@ -414,21 +416,12 @@ unsafe fn block_avx2(block: &[u8; BLOCK], carry: &mut bool) -> Block {
         let [mut escaped, mut escapes] = [0; 2];
         if backslash != 0 || *carry {
             [escaped, escapes] = escapes_of(backslash, carry);
-            // The table of `short_escapes_16`, in both lanes.
-            const X2: i8 = 1;
-            const X5: i8 = 2;
-            const X6: i8 = 4;
-            const X7: i8 = 8;
-            #[rustfmt::skip]
-            let by_high = _mm256_setr_epi8(
-                0, 0, X2, 0, 0, X5, X6, X7, 0, 0, 0, 0, 0, 0, 0, 0,
-                0, 0, X2, 0, 0, X5, X6, X7, 0, 0, 0, 0, 0, 0, 0, 0,
-            );
-            #[rustfmt::skip]
-            let by_low = _mm256_setr_epi8(
-                0, 0, X2 | X6 | X7, 0, X7, 0, X6, 0, 0, 0, 0, 0, X5, 0, X6, X2,
-                0, 0, X2 | X6 | X7, 0, X7, 0, X6, 0, 0, 0, 0, 0, X5, 0, X6, X2,
-            );
+            // The lookup tables, in both lanes.
+            let in_both_lanes = |table: &[u8; 16]| {
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast::<__m128i>()))
+            };
+            let by_high = in_both_lanes(&SHORT_BY_HIGH);
+            let by_low = in_both_lanes(&SHORT_BY_LOW);
             let nibble = _mm256_set1_epi8(0x0f);
             let not_short = |v: __m256i| {
                 let low = _mm256_and_si256(v, nibble);
@@ -527,45 +520,57 @@ impl EscapeCheck for ByNibbles {
     }
 }
 
-/// The bytes among 16 that may follow a backslash in one of JSON's short
-/// escapes, a bit per byte. Each such byte's high half picks a bit (`"`
-/// and `/` share 0x2_, `\` is 0x5_, `b f n` 0x6_, `r t` 0x7_) and its
-/// low half the classes it may close; a byte is one when the two agree.
+/// The nibble lookups that find JSON's short escapes (`"\/bfnrt`, the
+/// bytes that may follow a backslash): a byte's high half picks a bit from
+/// [`SHORT_BY_HIGH`] (`"` and `/` share 0x2_, `\` is 0x5_, `b f n` 0x6_,
+/// `r t` 0x7_), its low half the classes it may close from
+/// [`SHORT_BY_LOW`], and it is one when the two agree.
+#[cfg(target_arch = "x86_64")]
+const SHORT_BY_HIGH: [u8; 16] = {
+    let mut table = [0; 16];
+    table[0x2] = X2;
+    table[0x5] = X5;
+    table[0x6] = X6;
+    table[0x7] = X7;
+    table
+};
+/// See [`SHORT_BY_HIGH`].
+#[cfg(target_arch = "x86_64")]
+const SHORT_BY_LOW: [u8; 16] = {
+    let mut table = [0; 16];
+    table[0x2] = X2 | X6 | X7; // '"' 'b' 'r'
+    table[0x4] = X7; // 't'
+    table[0x6] = X6; // 'f'
+    table[0xc] = X5; // '\'
+    table[0xe] = X6; // 'n'
+    table[0xf] = X2; // '/'
+    table
+};
+// A bit per high half: `"` and `/`, the backslash, `b f n`, `r t`.
+#[cfg(target_arch = "x86_64")]
+const X2: u8 = 1;
+#[cfg(target_arch = "x86_64")]
+const X5: u8 = 2;
+#[cfg(target_arch = "x86_64")]
+const X6: u8 = 4;
+#[cfg(target_arch = "x86_64")]
+const X7: u8 = 8;
+
+/// The bytes among 16 that are one of JSON's short escapes' second byte,
+/// a bit per byte, by the lookups of [`SHORT_BY_HIGH`] and [`SHORT_BY_LOW`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
 #[inline]
 unsafe fn short_escapes_16(bytes: &[u8; 16]) -> u32 {
     use std::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
-        _mm_setr_epi8, _mm_setzero_si128, _mm_shuffle_epi8, _mm_srli_epi16,
+        _mm_setzero_si128, _mm_shuffle_epi8, _mm_srli_epi16,
     };
-    // A bit per high half: `"` and `/`, the backslash, `b f n`, `r t`.
-    const X2: i8 = 1;
-    const X5: i8 = 2;
-    const X6: i8 = 4;
-    const X7: i8 = 8;
-    // SAFETY: the load reads, unaligned, exactly the 16 bytes `bytes`
-    // borrows; the caller vouches for SSSE3.
+    // SAFETY: each load reads, unaligned, exactly the 16 bytes of the
+    // array it is given; the caller vouches for SSSE3.
     unsafe {
-        let by_high = _mm_setr_epi8(0, 0, X2, 0, 0, X5, X6, X7, 0, 0, 0, 0, 0, 0, 0, 0);
-        let by_low = _mm_setr_epi8(
-            0,
-            0,
-            X2 | X6 | X7, // '"' 'b' 'r'
-            0,
-            X7, // 't'
-            0,
-            X6, // 'f'
-            0,
-            0,
-            0,
-            0,
-            0,
-            X5, // '\'
-            0,
-            X6, // 'n'
-            X2, // '/'
-        );
+        let by_high = _mm_loadu_si128(SHORT_BY_HIGH.as_ptr().cast::<__m128i>());
+        let by_low = _mm_loadu_si128(SHORT_BY_LOW.as_ptr().cast::<__m128i>());
         let nibble = _mm_set1_epi8(0x0f);
         let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
         let low = _mm_and_si128(v, nibble);
