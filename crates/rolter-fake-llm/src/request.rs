@@ -186,7 +186,15 @@ pub(crate) fn parse_generation(
             }
         }
         GenerationKind::Completion => match present(&map, "prompt") {
-            None => vec![Vec::new()],
+            // vLLM's request model: a completion names its prompt, as text
+            // or token ids, or brings it as embeddings.
+            None if present(&map, "prompt_embeds").is_some() => vec![Vec::new()],
+            None => {
+                return Err(ApiError::bad_request(
+                    Some("prompt"),
+                    "At least one of `prompt` or `prompt_embeds` must be set.",
+                ))
+            }
             Some(prompt) => tokenizer
                 .prompts(prompt)
                 .unwrap_or_else(|| prompt_token_ids(prompt))
@@ -530,6 +538,31 @@ mod tests {
             &Tokenizer::Simulated
         )
         .is_ok());
+    }
+
+    #[test]
+    fn a_completion_without_a_prompt_is_refused_as_vllm_refuses_it() {
+        for body in [&br#"{"model":"m"}"#[..], br#"{"model":"m","prompt":null}"#] {
+            let refused =
+                parse_generation(GenerationKind::Completion, body, 16, &Tokenizer::Simulated)
+                    .unwrap_err();
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+            assert_eq!(
+                refused.message,
+                "At least one of `prompt` or `prompt_embeds` must be set."
+            );
+            assert_eq!(refused.param, Some("prompt"));
+        }
+        // Embeddings stand in for the prompt; an empty text is a prompt.
+        for body in [
+            &br#"{"model":"m","prompt_embeds":"AAAA"}"#[..],
+            br#"{"model":"m","prompt":""}"#,
+        ] {
+            assert!(
+                parse_generation(GenerationKind::Completion, body, 16, &Tokenizer::Simulated)
+                    .is_ok()
+            );
+        }
     }
 
     #[test]
