@@ -31,6 +31,8 @@ mod body;
 mod ctx;
 mod disaggregation;
 mod dispatch;
+#[cfg(test)]
+mod finish_tests;
 mod eligibility;
 mod forwarding;
 mod outcome;

@@ -275,6 +275,26 @@ impl Session {
         }
     }
 
+    /// rolter patch: [`Self::finish`] without a future where it would be
+    /// ready at its first poll (`SessionV1::finish_without_waiting`): HTTP/1
+    /// with nothing left to write, flush, drain or shut down. `Err` hands
+    /// the session back for `finish`, to be awaited.
+    pub fn finish_now(
+        mut self: Box<Self>,
+    ) -> std::result::Result<Result<Option<ReusableHttpStream>>, Box<Self>> {
+        let Self::H1(s) = &mut *self else {
+            return Err(self);
+        };
+        match s.finish_without_waiting() {
+            None => Err(self),
+            Some(Err(e)) => Ok(Err(e)),
+            Some(Ok(())) => match *self {
+                Self::H1(s) => Ok(Ok(s.into_reusable())),
+                other => Err(Box::new(other)),
+            },
+        }
+    }
+
     /// Finish the life of this request and return a reusable stream, if any.
     ///
     /// For H1, if connection reuse is supported, a reusable stream will be returned,

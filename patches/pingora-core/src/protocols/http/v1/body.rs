@@ -1607,6 +1607,18 @@ impl BodyWriter {
         }
     }
 
+    /// rolter patch: [`Self::finish`] where it writes nothing (every body
+    /// mode but an unfinished chunked one, whose last chunk is still to be
+    /// written: `None`).
+    pub fn finish_without_io(&mut self) -> Option<Result<Option<usize>>> {
+        match self.body_mode {
+            BM::Complete(_) | BM::ToSelect => Some(Ok(None)),
+            BM::ContentLength(_, _) => Some(self.do_finish_body(())),
+            BM::UntilClose(_) => Some(self.do_finish_until_close_body(&mut ())),
+            BM::ChunkedEncoding(_) => None,
+        }
+    }
+
     fn do_finish_body<S>(&mut self, _stream: S) -> Result<Option<usize>> {
         match self.body_mode {
             BM::ContentLength(total, written) => {

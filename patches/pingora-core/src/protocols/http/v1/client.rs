@@ -19,7 +19,8 @@ use http::{header, header::AsHeaderName, HeaderName, HeaderValue, StatusCode, Ve
 use log::{debug, trace};
 use pingora_error::{Error, ErrorType::*, OrErr, Result, RetryType};
 use pingora_http::{HMap, IntoCaseHeaderName, RequestHeader, ResponseHeader};
-use pingora_timeout::timeout;
+// rolter patch: a timeout that reads no clock unless it has to.
+use super::lazy_timeout::timeout;
 use std::io::ErrorKind;
 use std::str;
 use std::time::Duration;

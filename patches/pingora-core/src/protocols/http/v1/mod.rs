@@ -18,6 +18,8 @@ pub(crate) mod body;
 pub mod client;
 pub mod common;
 pub(crate) mod header;
+// rolter patch: see the module.
+mod lazy_timeout;
 pub mod server;
 
 /// Test utilities shared across HTTP/1.x unit tests
