@@ -31,9 +31,9 @@ mod body;
 mod ctx;
 mod disaggregation;
 mod dispatch;
+mod eligibility;
 #[cfg(test)]
 mod finish_tests;
-mod eligibility;
 mod forwarding;
 mod outcome;
 mod request_id;

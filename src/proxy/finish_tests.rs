@@ -17,7 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 /// A session that read `request` from a real client, and the client.
 async fn session_after(request: &[u8]) -> (ServerSession, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
     client.write_all(request).await.unwrap();
     let (socket, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
         .await
@@ -33,7 +35,10 @@ async fn session_after(request: &[u8]) -> (ServerSession, TcpStream) {
 async fn answer(session: &mut ServerSession, framing: (&'static str, &'static str)) {
     let mut response = ResponseHeader::build(200, None).unwrap();
     response.insert_header(framing.0, framing.1).unwrap();
-    session.write_response_header(Box::new(response)).await.unwrap();
+    session
+        .write_response_header(Box::new(response))
+        .await
+        .unwrap();
     session
         .write_response_body(Bytes::from_static(b"hello"), false)
         .await
@@ -63,10 +68,15 @@ async fn a_whole_answer_on_a_kept_alive_connection_ends_in_place_and_the_connect
         Ok(finished) => finished.unwrap().expect("the connection is kept"),
         Err(_) => panic!("a request with nothing left to do was handed back"),
     };
-    assert!(received(&mut client, b"hello").await.ends_with(b"\r\n\r\nhello"));
+    assert!(received(&mut client, b"hello")
+        .await
+        .ends_with(b"\r\n\r\nhello"));
 
     // The stream it gave back serves the connection's next request.
-    client.write_all(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    client
+        .write_all(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let (stream, _) = reusable.into_parts();
     let mut next = ServerSession::new_http1(stream);
     assert!(next.read_request().await.unwrap());
@@ -77,7 +87,9 @@ async fn a_whole_answer_on_a_kept_alive_connection_ends_in_place_and_the_connect
 async fn a_last_chunk_to_write_is_left_to_finish_which_writes_it_once() {
     let (mut session, mut client) = session_after(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     answer(&mut session, ("Transfer-Encoding", "chunked")).await;
-    let session = Box::new(session).finish_now().err().expect("handed back");
+    let Err(session) = Box::new(session).finish_now() else {
+        panic!("handed back");
+    };
     assert!(session.finish().await.unwrap().is_some());
     let seen = received(&mut client, b"0\r\n\r\n").await;
     assert!(seen.ends_with(b"5\r\nhello\r\n0\r\n\r\n"));
@@ -89,7 +101,9 @@ async fn a_connection_to_close_or_a_body_to_drain_is_left_to_finish() {
     let request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let (mut session, mut client) = session_after(request).await;
     answer(&mut session, ("Content-Length", "5")).await;
-    let session = Box::new(session).finish_now().err().expect("handed back");
+    let Err(session) = Box::new(session).finish_now() else {
+        panic!("handed back");
+    };
     assert!(session.finish().await.unwrap().is_none());
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest))
@@ -105,7 +119,9 @@ async fn a_connection_to_close_or_a_body_to_drain_is_left_to_finish() {
     let (mut session, _client) = session_after(request).await;
     answer(&mut session, ("Content-Length", "5")).await;
     session.set_keepalive(Some(60));
-    let mut session = Box::new(session).finish_now().err().expect("handed back");
+    let Err(mut session) = Box::new(session).finish_now() else {
+        panic!("handed back");
+    };
     assert!(!session.is_body_done());
     assert!(session.finish().await.unwrap().is_some());
 }
