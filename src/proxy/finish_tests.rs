@@ -1,15 +1,19 @@
-//! Tests of how rolter's patched Pingora ends an HTTP/1 request
-//! (`ServerSession::finish_now` in `patches/pingora-core`, used by
-//! `finish_downstream` in `patches/pingora-proxy`): in place when nothing
-//! is left to write, flush, drain or close, else by the awaited `finish`,
-//! which must then find nothing done twice. Real sockets, as a client sees
-//! them; here because the vendored crates keep no dev-dependencies.
+//! Tests of how rolter's patched Pingora ends an HTTP/1 request: the
+//! client's side (`ServerSession::finish_now` in `patches/pingora-core`,
+//! used by `finish_downstream` in `patches/pingora-proxy`), in place when
+//! nothing is left to write, flush, drain or close, else by the awaited
+//! `finish`, which must then find nothing done twice; and the engine's side
+//! (`v1::client::kept_stream`, used by `release_boxed_http_session`), the
+//! kept connection's stream taken out of the boxed session. Real sockets,
+//! as a client and an engine see them; here because the vendored crates
+//! keep no dev-dependencies.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use pingora::http::ResponseHeader;
-use pingora::protocols::http::ServerSession;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v1::client::{kept_stream, HttpSession as EngineSession};
+use pingora::protocols::http::{client::HttpSession as ClientSession, ServerSession};
 use pingora::protocols::l4::stream::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -124,4 +128,59 @@ async fn a_connection_to_close_or_a_body_to_drain_is_left_to_finish() {
     };
     assert!(!session.is_body_done());
     assert!(session.finish().await.unwrap().is_some());
+}
+
+/// A client session that sent a request to a real engine and read its
+/// whole answer, `head` (its status line and headers) with `hello`.
+async fn engine_answered(head: &'static str) -> Box<ClientSession> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let engine = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(b"\r\n\r\n") {
+            let n = socket.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request never ended");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        socket
+            .write_all(format!("{head}\r\n\r\nhello").as_bytes())
+            .await
+            .unwrap();
+        socket
+    });
+    let stream = TcpStream::connect(address).await.unwrap();
+    let mut session = EngineSession::new(Box::new(Stream::from(stream)));
+    let mut request = RequestHeader::build("GET", b"/", None).unwrap();
+    request.insert_header("Host", "engine").unwrap();
+    session
+        .write_request_header(Box::new(request))
+        .await
+        .unwrap();
+    session.read_response().await.unwrap();
+    let mut body = Vec::new();
+    while let Some(piece) = session.read_body_bytes().await.unwrap() {
+        body.extend_from_slice(&piece);
+    }
+    assert_eq!(body, b"hello");
+    drop(tokio::time::timeout(Duration::from_secs(10), engine).await);
+    Box::new(ClientSession::H1(session))
+}
+
+#[tokio::test]
+async fn a_kept_engine_connection_gives_its_stream_back_and_one_to_close_does_not() {
+    let kept = engine_answered("HTTP/1.1 200 OK\r\nContent-Length: 5").await;
+    assert!(kept_stream(kept).is_ok());
+
+    let closing =
+        engine_answered("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close").await;
+    let Err(closing) = kept_stream(closing) else {
+        panic!("a connection the engine closes was kept");
+    };
+    // The awaited release shuts it down: `reuse` keeps nothing either.
+    let ClientSession::H1(closing) = *closing else {
+        panic!("not HTTP/1");
+    };
+    assert!(closing.reuse().await.is_none());
 }

@@ -447,14 +447,11 @@ where
         // rolter patch: a pooled HTTP/1 connection is taken first, with no
         // connect future at all; boxing that 8.8 KB future for a request that
         // then reused a connection was an allocation and a copy of its size.
-        // Boxed in its own statement: a match on the unboxed session would
-        // keep its 504 bytes in the request's future, beside the streaming
-        // state, for the stream's whole life.
-        let pooled = self
-            .client_upstream
-            .reused_h1_session(&*peer)
-            .await
-            .map(Box::new);
+        // It comes boxed (made in its box, and released from it): a match
+        // on an unboxed session would keep its 504 bytes in the request's
+        // future, beside the streaming state, for the stream's whole life,
+        // and each move of one was a copy of them.
+        let pooled = self.client_upstream.reused_h1_session(&*peer).await;
         let client_session = match pooled {
             Some(pooled) => Ok((pooled, true)),
             None => Box::pin(self.client_upstream.get_http_session(&*peer))
@@ -470,7 +467,11 @@ where
                             .await;
                         if client_reuse {
                             self.client_upstream
-                                .release_http_session(*client_session, &*peer, peer.idle_timeout())
+                                .release_boxed_http_session(
+                                    client_session,
+                                    &*peer,
+                                    peer.idle_timeout(),
+                                )
                                 .await;
                         }
                         (server_reused, error)

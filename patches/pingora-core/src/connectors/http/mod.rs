@@ -18,7 +18,7 @@ use crate::connectors::http::custom::Connection;
 use crate::connectors::ConnectorOptions;
 use crate::listeners::ALPN;
 use crate::protocols::http::client::HttpSession;
-use crate::protocols::http::v1::client::HttpSession as Http1Session;
+use crate::protocols::http::v1::client::{kept_stream, HttpSession as Http1Session};
 use crate::upstreams::peer::Peer;
 use pingora_error::Result;
 use std::sync::atomic::AtomicU64;
@@ -138,17 +138,43 @@ where
     /// tries this first: `get_http_session`'s future is sized by the
     /// connect and TLS handshake (8.8 KB), and boxing it for a request that
     /// reuses a connection cost an allocation and a copy of that size.
+    ///
+    /// The session is made in its box, and stays there until
+    /// [`Self::release_boxed_http_session`]: returned by value, it was
+    /// copied through each future on its way out (~500 bytes a time).
     pub async fn reused_h1_session<P: Peer + Send + Sync + 'static>(
         &self,
         peer: &P,
-    ) -> Option<HttpSession<C::Session>> {
+    ) -> Option<Box<HttpSession<C::Session>>> {
         let h1_only = peer.get_peer_options().is_none_or(|o| {
             o.alpn.get_max_http_version() == 1 && !matches!(o.alpn, ALPN::Custom(_))
         });
         if !h1_only {
             return None;
         }
-        self.h1.reused_http_session(peer).await.map(HttpSession::H1)
+        let stream = self.h1.reused_stream(peer).await?;
+        Some(Box::new(HttpSession::H1(Http1Session::new_with_options(
+            stream, peer,
+        ))))
+    }
+
+    /// rolter patch: [`Self::release_http_session`] for a session in a
+    /// box. A kept HTTP/1 connection's stream goes back to the pool taken
+    /// out of the box, the session never moved; the rest (h2, custom, a
+    /// connection to shut down) is released as before.
+    pub async fn release_boxed_http_session<P: Peer + Send + Sync + 'static>(
+        &self,
+        session: Box<HttpSession<C::Session>>,
+        peer: &P,
+        idle_timeout: Option<Duration>,
+    ) {
+        match kept_stream(session) {
+            Ok(stream) => self.h1.release_stream(stream, peer, idle_timeout),
+            Err(session) => {
+                self.release_http_session(*session, peer, idle_timeout)
+                    .await
+            }
+        }
     }
 
     pub async fn release_http_session<P: Peer + Send + Sync + 'static>(

@@ -14,6 +14,7 @@
 
 use crate::connectors::{ConnectorOptions, TransportConnector};
 use crate::protocols::http::v1::client::HttpSession;
+use crate::protocols::Stream;
 use crate::upstreams::peer::Peer;
 
 use pingora_error::Result;
@@ -45,9 +46,18 @@ impl Connector {
         &self,
         peer: &P,
     ) -> Option<HttpSession> {
-        let stream = self.transport.reused_stream(peer).await?;
+        let stream = self.reused_stream(peer).await?;
         let http = HttpSession::new_with_options(stream, peer);
         Some(http)
+    }
+
+    /// rolter patch: the pooled stream a reused session is made on, for a
+    /// caller that makes the session in its own box.
+    pub(crate) async fn reused_stream<P: Peer + Send + Sync + 'static>(
+        &self,
+        peer: &P,
+    ) -> Option<Stream> {
+        self.transport.reused_stream(peer).await
     }
 
     pub async fn release_http_session<P: Peer + Send + Sync + 'static>(
@@ -58,9 +68,20 @@ impl Connector {
     ) {
         session.respect_keepalive();
         if let Some(stream) = session.reuse().await {
-            self.transport
-                .release_stream(stream, peer.reuse_hash(), idle_timeout);
+            self.release_stream(stream, peer, idle_timeout);
         }
+    }
+
+    /// rolter patch: a kept connection's stream back to the pool, for a
+    /// caller that took it out of its session itself.
+    pub(crate) fn release_stream<P: Peer + Send + Sync + 'static>(
+        &self,
+        stream: Stream,
+        peer: &P,
+        idle_timeout: Option<Duration>,
+    ) {
+        self.transport
+            .release_stream(stream, peer.reuse_hash(), idle_timeout);
     }
 
     /// Return the number of times a pooled connection was found to contain

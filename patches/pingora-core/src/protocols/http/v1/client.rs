@@ -818,25 +818,30 @@ impl HttpSession {
     /// If the connection cannot be reused, the underlying stream will be closed and `None` will be
     /// returned.
     pub async fn reuse(mut self) -> Option<Stream> {
+        // rolter patch: the decision is `keeps_connection`, shared with
+        // `kept_stream`, which needs no future for the kept case.
+        if self.keeps_connection() {
+            Some(self.underlying_stream)
+        } else {
+            debug!("HTTP shutdown connection");
+            self.shutdown().await;
+            None
+        }
+    }
+
+    /// rolter patch: whether [`Self::reuse`] keeps the connection; turns
+    /// keep-alive off where the response or the request leaves it in no
+    /// known state.
+    fn keeps_connection(&mut self) -> bool {
         if !self.body_reader.body_complete() || self.body_reader.has_bytes_overread() {
             self.set_keepalive(None);
         }
-        // rolter patch: a request whose header never went out leaves the
-        // connection in no known state.
+        // A request whose header never went out leaves the connection in
+        // no known state.
         if self.deferred_header.is_some() {
             self.set_keepalive(None);
         }
-
-        // TODO: this function is unnecessarily slow for keepalive case
-        // because that case does not need async
-        match self.keepalive_timeout {
-            KeepaliveStatus::Off => {
-                debug!("HTTP shutdown connection");
-                self.shutdown().await;
-                None
-            }
-            _ => Some(self.underlying_stream),
-        }
+        !matches!(self.keepalive_timeout, KeepaliveStatus::Off)
     }
 
     fn init_body_reader(&mut self) {
@@ -1039,6 +1044,30 @@ impl HttpSession {
     /// prior to being returned.
     pub fn into_inner(self) -> Stream {
         self.underlying_stream
+    }
+}
+
+/// rolter patch: the stream of a boxed client session whose HTTP/1
+/// connection is kept (keep-alive as the response asks, then
+/// [`HttpSession::reuse`]'s decision), taken out of the box without the
+/// session (~500 bytes) being moved out of it; `Err` hands back anything
+/// else (h2, custom, a connection to shut down) for the awaited release.
+pub fn kept_stream<S>(
+    mut session: Box<crate::protocols::http::client::HttpSession<S>>,
+) -> std::result::Result<Stream, Box<crate::protocols::http::client::HttpSession<S>>> {
+    use crate::protocols::http::client::HttpSession as ClientSession;
+    let ClientSession::H1(h1) = &mut *session else {
+        return Err(session);
+    };
+    h1.respect_keepalive();
+    if !h1.keeps_connection() {
+        return Err(session);
+    }
+    match *session {
+        ClientSession::H1(HttpSession {
+            underlying_stream, ..
+        }) => Ok(underlying_stream),
+        other => Err(Box::new(other)),
     }
 }
 
