@@ -508,6 +508,7 @@ def pingora_yaml(directory: Path, threads: int) -> str:
         "---\nversion: 1\n"
         f"threads: {threads}\n"
         "work_stealing: false\n"
+        "fast_timeout_to_tokio_threshold_seconds: 0\n"
         f"pid_file: {directory / 'pingora.pid'}\n"
         f"upgrade_sock: {directory / 'upgrade.sock'}\n"
         "grace_period_seconds: 1\n"

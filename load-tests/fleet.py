@@ -194,6 +194,7 @@ class Gateway:
             "version: 1\n"
             "threads: 2\n"
             "work_stealing: false\n"
+            "fast_timeout_to_tokio_threshold_seconds: 0\n"
             f"pid_file: {self.pid_file}\n"
             f"upgrade_sock: {self.upgrade_sock}\n"
             f"grace_period_seconds: {self.grace_period_s}\n"

@@ -127,8 +127,10 @@ pub fn run(args: DemoArgs) -> i32 {
 
     let conf = ServerConf {
         threads: args.threads,
-        // As conf/pingora.yaml: no work stealing (see there).
+        // As conf/pingora.yaml: no work stealing, and tokio's timer for
+        // every timeout of a second or more (see there).
         work_stealing: false,
+        fast_timeout_to_tokio_threshold_seconds: Some(0),
         pid_file: dir.join("rolter.pid").display().to_string(),
         upgrade_sock: dir.join("upgrade.sock").display().to_string(),
         grace_period_seconds: Some(1),

@@ -35,6 +35,8 @@ mod eligibility;
 #[cfg(test)]
 mod finish_tests;
 mod forwarding;
+#[cfg(test)]
+mod header_tests;
 mod outcome;
 mod request_id;
 mod respond;
@@ -266,7 +268,7 @@ impl ProxyHttp for Gateway {
             }
         }
         // The gateway's key, as Anthropic's clients send it: never the engine's.
-        upstream.remove_header(admission::X_API_KEY);
+        upstream.remove_header(&admission::X_API_KEY);
         upstream.insert_header(header::CONTENT_LENGTH, attempt.body.len())?;
         trace::attempt(ctx, upstream)
     }

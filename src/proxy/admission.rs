@@ -331,7 +331,8 @@ fn priority(request: &RequestHeader, caller: &Caller) -> Result<i32, GatewayErro
 }
 
 /// Anthropic's clients send their key here rather than as a bearer token.
-pub const X_API_KEY: &str = "x-api-key";
+/// Parsed once: a name given as `&str` is parsed on every lookup.
+pub static X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
 
 /// Step 2: who is calling: `Authorization: Bearer`, else `x-api-key`.
 fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Caller>, GatewayError> {
@@ -340,7 +341,7 @@ fn authenticate(request: &RequestHeader, snapshot: &Snapshot) -> Result<Arc<Call
         .get(header::AUTHORIZATION)
         .and_then(|v| bearer_token(v.as_bytes()))
         .or_else(|| {
-            let key = request.headers.get(X_API_KEY)?.as_bytes().trim_ascii();
+            let key = request.headers.get(&X_API_KEY)?.as_bytes().trim_ascii();
             (!key.is_empty()).then_some(key)
         });
     let caller = token.and_then(|t| snapshot.api_keys.authenticate(t));

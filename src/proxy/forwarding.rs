@@ -77,7 +77,8 @@ pub struct ClientOrigin {
     /// The client: the peer, or what a trusted peer's chain says.
     pub client: Option<IpAddr>,
     /// The `X-Forwarded-For` to send; `None` when there is no address at all.
-    pub forwarded_for: Option<String>,
+    /// A header value from the start: it goes out on every attempt.
+    pub forwarded_for: Option<HeaderValue>,
     /// `http` or `https`.
     pub proto: &'static str,
     /// The host the client asked for, for `X-Forwarded-Host`.
@@ -109,12 +110,7 @@ impl ClientOrigin {
     /// Sets the forwarding headers on the upstream request, replacing what
     /// the client sent.
     pub fn apply(&self, upstream: &mut RequestHeader) -> pingora::Result<()> {
-        let chain = match &self.forwarded_for {
-            Some(chain) => {
-                Some(HeaderValue::from_str(chain).map_err(|_| invalid_value(&X_FORWARDED_FOR))?)
-            }
-            None => None,
-        };
+        let chain = self.forwarded_for.clone();
         // From an untrusted peer the chain is the client's address alone:
         // one value serves both headers.
         let real_ip = match (self.client, &chain) {
@@ -176,7 +172,7 @@ pub fn resolve(
             peer,
             peer_trusted: false,
             client: peer,
-            forwarded_for: peer.map(address_text),
+            forwarded_for: peer.and_then(|ip| header_value(address_text(ip))),
             proto: own_proto,
             host,
         };
@@ -210,7 +206,7 @@ pub fn resolve(
         peer,
         peer_trusted: true,
         client: Some(client),
-        forwarded_for: Some(forwarded_for),
+        forwarded_for: header_value(forwarded_for),
         proto,
         host: forwarded_host.or(host),
     }
@@ -273,6 +269,14 @@ fn parse_address(entry: &str) -> Option<IpAddr> {
     }
     let inner = entry.strip_prefix('[')?.strip_suffix(']')?;
     inner.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+/// `text` as a header value, its allocation kept. What `resolve` writes
+/// always is one (addresses, and entries of values `to_str` accepted,
+/// joined by ", "); were it not, no chain would be sent rather than a
+/// broken one.
+fn header_value(text: String) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
 }
 
 /// Every value of `name`, joined by ", " (a client may send a list header
@@ -402,7 +406,10 @@ mod tests {
         );
         assert!(!origin.peer_trusted);
         assert_eq!(origin.client, ip("203.0.113.9"));
-        assert_eq!(origin.forwarded_for.as_deref(), Some("203.0.113.9"));
+        assert_eq!(
+            origin.forwarded_for.as_ref().map(|v| v.to_str().unwrap()),
+            Some("203.0.113.9")
+        );
         assert_eq!(origin.proto, "http");
         assert_eq!(origin.host, host("api.example"));
     }
@@ -426,7 +433,7 @@ mod tests {
         // what it claims (198.51.100.1) is not believed.
         assert_eq!(origin.client, ip("203.0.113.5"));
         assert_eq!(
-            origin.forwarded_for.as_deref(),
+            origin.forwarded_for.as_ref().map(|v| v.to_str().unwrap()),
             Some("198.51.100.1, 203.0.113.5, 10.0.0.2, 10.0.0.1")
         );
         assert_eq!(origin.proto, "https");
@@ -457,7 +464,7 @@ mod tests {
         let origin = resolve(&h, ip("10.0.0.1"), false, None, &cidrs(&["10.0.0.0/8"]));
         assert_eq!(origin.client, ip("2001:db8::1"));
         assert_eq!(
-            origin.forwarded_for.as_deref(),
+            origin.forwarded_for.as_ref().map(|v| v.to_str().unwrap()),
             Some("203.0.113.7:4711, [2001:db8::1]:443, 10.0.0.2, 10.0.0.1")
         );
     }
@@ -472,7 +479,10 @@ mod tests {
             &cidrs(&["127.0.0.1/32"]),
         );
         assert_eq!(origin.client, ip("127.0.0.1"));
-        assert_eq!(origin.forwarded_for.as_deref(), Some("127.0.0.1"));
+        assert_eq!(
+            origin.forwarded_for.as_ref().map(|v| v.to_str().unwrap()),
+            Some("127.0.0.1")
+        );
     }
 
     #[test]
@@ -488,7 +498,7 @@ mod tests {
         assert_eq!(origin.peer, ip("10.0.0.1"));
         assert_eq!(origin.client, ip("203.0.113.7"));
         assert_eq!(
-            origin.forwarded_for.as_deref(),
+            origin.forwarded_for.as_ref().map(|v| v.to_str().unwrap()),
             Some("203.0.113.7, 10.0.0.1")
         );
     }

@@ -288,7 +288,7 @@ impl FakeEngine {
 /// The Pingora YAML of a test gateway: its own pid file and upgrade socket.
 pub fn pingora_yaml(dir: &Path) -> String {
     format!(
-        "---\nversion: 1\nthreads: 2\nwork_stealing: false\npid_file: {}\nupgrade_sock: {}\ngrace_period_seconds: 60\ngraceful_shutdown_timeout_seconds: 10\n",
+        "---\nversion: 1\nthreads: 2\nwork_stealing: false\nfast_timeout_to_tokio_threshold_seconds: 0\npid_file: {}\nupgrade_sock: {}\ngrace_period_seconds: 60\ngraceful_shutdown_timeout_seconds: 10\n",
         dir.join("rolter.pid").display(),
         dir.join("upgrade.sock").display()
     )

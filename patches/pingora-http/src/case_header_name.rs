@@ -43,6 +43,21 @@ impl CaseHeaderName {
 /// A trait that converts into case-sensitive header names.
 pub trait IntoCaseHeaderName {
     fn into_case_header_name(self) -> CaseHeaderName;
+
+    /// The name as a header map keys it, and as it is written on the wire.
+    /// rolter patch: a [HeaderName] is its own key; it was spelled out and
+    /// parsed back on every insert.
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName)>
+    where
+        Self: Sized,
+    {
+        let case_header_name = self.into_case_header_name();
+        let header_name: HeaderName = case_header_name
+            .as_slice()
+            .try_into()
+            .or_err(InvalidHTTPHeader, "invalid header name")?;
+        Ok((header_name, case_header_name))
+    }
 }
 
 impl IntoCaseHeaderName for CaseHeaderName {
@@ -67,11 +82,20 @@ impl IntoCaseHeaderName for HeaderName {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(titled_header_name(&self))
     }
+
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName)> {
+        let case_header_name = CaseHeaderName(titled_header_name(&self));
+        Ok((self, case_header_name))
+    }
 }
 
 impl IntoCaseHeaderName for &HeaderName {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(titled_header_name(self))
+    }
+
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName)> {
+        Ok((self.clone(), CaseHeaderName(titled_header_name(self))))
     }
 }
 

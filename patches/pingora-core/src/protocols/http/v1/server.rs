@@ -905,11 +905,12 @@ impl HttpSession {
             /* update headers */
             header.insert_header(header::DATE, date::get_cached_date())?;
 
-            // TODO: make these lazy static
+            // rolter patch: static values, where a `&str` was checked and
+            // copied into a new allocation on every response.
             let connection_value = if self.will_keepalive() {
-                "keep-alive"
+                HeaderValue::from_static("keep-alive")
             } else {
-                "close"
+                HeaderValue::from_static("close")
             };
             header.insert_header(header::CONNECTION, connection_value)?;
         }
