@@ -247,7 +247,7 @@ impl ProxyHttp for Gateway {
         // below cannot remove it.
         forwarding::strip_hop_by_hop(upstream);
         if let Some(origin) = &ctx.origin {
-            origin.apply(upstream)?;
+            origin.apply(upstream);
         }
         if let Some(id) = &ctx.request_id {
             upstream.insert_header_static(&REQUEST_ID_HEADER, id.clone());
