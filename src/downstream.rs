@@ -354,8 +354,12 @@ fn session(
     let mut session = ServerSession::new_http1(stream);
     match next {
         NextRequest::First => {
-            // Pingora's wait per read; the deadline bounds the header as a whole.
-            session.set_keepalive(Some(pingora_secs(policy.header_read_timeout)));
+            // Pingora's wait per read, a second past the deadline: the
+            // deadline bounds the header as a whole and is what closes it
+            // (counted as `header_timeout`). A wait of the same length
+            // raced it whenever the first read waited from the start, and
+            // won when both timers fired on the same tick.
+            session.set_keepalive(Some(pingora_secs(policy.header_read_timeout) + 1));
             // Carried to the connection's later sessions by their settings.
             session.set_pipelining_enabled(true);
             session.set_keepalive_reuses_remaining(if *shutdown.borrow() {
