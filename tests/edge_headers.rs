@@ -187,6 +187,41 @@ async fn an_untrusted_client_cannot_forge_forwarding_headers_and_hop_headers_sto
     assert_ne!(seen["host"], "api.example.test");
 }
 
+/// `Content-Length` given again (RFC 9110 §8.6): the same number, on its
+/// own line or in a list, frames the body as one; any other second value,
+/// or a value that is not all digits, is a request without a length.
+#[tokio::test]
+async fn a_length_given_twice_frames_the_body_only_when_both_agree() {
+    let engine = FakeEngine::start("gpu-a", &[]);
+    let gateway = start(&edge_config(&engine, "")).await;
+    let body = chat_json("chat");
+    let len = body.len();
+    for (extra, status) in [
+        (format!("Content-Length: {len}"), 200),
+        (format!("Content-Length: {len}, {len}"), 200),
+        (format!("Content-Length: {len} ,{len}"), 200),
+        (format!("Content-Length: {}", len + 1), 400),
+        (format!("Content-Length: {len}, {}", len - 1), 400),
+        (format!("Content-Length: +{len}"), 400),
+        (format!("Content-Length: {len}x"), 400),
+    ] {
+        let head = chat_head(&["Connection: close", &extra]);
+        let response = raw_request(&gateway, &head, &body).await;
+        assert_eq!(
+            response.status,
+            status,
+            "{extra}: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+        if status == 200 {
+            // One length, the rewritten body's, goes on.
+            let body = response.json();
+            let sent = received(&body)["content-length"].as_str().unwrap();
+            assert!(sent.parse::<usize>().is_ok(), "{extra}: {sent}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_trusted_proxys_chain_is_kept_and_names_the_client() {
     let engine = FakeEngine::start("gpu-a", &[]);

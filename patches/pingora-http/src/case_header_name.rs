@@ -28,6 +28,11 @@ impl CaseHeaderName {
     pub const fn from_static(name: &'static str) -> Self {
         CaseHeaderName(Bytes::from_static(name.as_bytes()))
     }
+
+    /// `name` as written when its spelling is not kept (rolter patch).
+    pub(crate) fn usual(name: &HeaderName) -> Self {
+        CaseHeaderName(titled_header_name(name))
+    }
 }
 
 impl CaseHeaderName {

@@ -45,6 +45,10 @@ mod case_header_name;
 use case_header_name::CaseHeaderName;
 pub use case_header_name::IntoCaseHeaderName;
 
+// rolter patch: names spelled as Pingora writes them are not kept in a second map.
+mod spelling;
+use spelling::Spelling;
+
 pub mod prelude {
     pub use crate::RequestHeader;
     pub use crate::ResponseHeader;
@@ -59,7 +63,6 @@ Hopefully this property makes sure this map of header names always iterates in t
 same order of the map of header values.
 This idea is inspaired by hyper @nox
 */
-type CaseMap = HMap<CaseHeaderName>;
 
 pub enum HeaderNameVariant<'a> {
     Case(&'a CaseHeaderName),
@@ -84,7 +87,7 @@ pub enum HeaderNameVariant<'a> {
 #[derive(Debug)]
 pub struct RequestHeader {
     base: ReqParts,
-    header_name_map: Option<CaseMap>,
+    spelling: Spelling,
     raw_target: RawTarget,
     // whether we send END_STREAM with HEADERS for h2 requests
     send_end_stream: bool,
@@ -152,7 +155,7 @@ impl RequestHeader {
         base.headers.reserve(http_header_map_upper_bound(size_hint));
         RequestHeader {
             base,
-            header_name_map: None,
+            spelling: Spelling::Dropped,
             raw_target: RawTarget::FromUri,
             send_end_stream: true,
         }
@@ -167,9 +170,7 @@ impl RequestHeader {
         size_hint: Option<usize>,
     ) -> Result<Self> {
         let mut req = Self::build_no_case(method, path, size_hint)?;
-        req.header_name_map = Some(CaseMap::with_capacity(http_header_map_upper_bound(
-            size_hint,
-        )));
+        req.spelling = Spelling::kept();
         Ok(req)
     }
 
@@ -204,7 +205,7 @@ impl RequestHeader {
             .try_into()
             .explain_err(InvalidHTTPHeader, |_| "invalid value while append")?;
         append_header_value(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             header_value,
@@ -224,7 +225,7 @@ impl RequestHeader {
             .try_into()
             .explain_err(InvalidHTTPHeader, |_| "invalid value while insert")?;
         insert_header_value(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             header_value,
@@ -237,7 +238,7 @@ impl RequestHeader {
     /// copied into a new allocation on every insert, and copied again for the case map.
     pub fn insert_header_static(&mut self, name: &'static HeaderName, value: HeaderValue) {
         insert_header_value_static(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             value,
@@ -249,7 +250,7 @@ impl RequestHeader {
     /// rehash of both) several times while a proxy added its own.
     pub fn reserve(&mut self, additional: usize) {
         reserve_headers(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             additional,
         )
@@ -260,54 +261,37 @@ impl RequestHeader {
     where
         &'a N: 'a + AsHeaderName,
     {
-        remove_header(self.header_name_map.as_mut(), &mut self.base.headers, name)
+        remove_header(&mut self.spelling, &mut self.base.headers, name)
     }
 
     /// Write the header to the `buf` in HTTP/1.1 wire format.
     ///
     /// The header case will be preserved.
     pub fn header_to_h1_wire(&self, buf: &mut impl BufMut) {
-        header_to_h1_wire(self.header_name_map.as_ref(), &self.base.headers, buf)
+        self.spelling.to_h1_wire(&self.base.headers, buf)
     }
 
     /// If case sensitivity is enabled, returns an iterator to iterate over case-sensitive header names and values.
     /// Otherwise returns an empty iterator.
     ///
     /// Headers of the same name are visited in insertion order.
-    pub fn case_header_iter(&self) -> impl Iterator<Item = (&CaseHeaderName, &HeaderValue)> + '_ {
-        case_header_iter(self.header_name_map.as_ref(), &self.base.headers)
+    ///
+    /// rolter patch: the names are owned (a reference count), as a name spelled the usual way
+    /// has no spelling stored.
+    pub fn case_header_iter(&self) -> impl Iterator<Item = (CaseHeaderName, &HeaderValue)> + '_ {
+        self.spelling.case_iter(&self.base.headers)
     }
 
     /// Returns true if the request has case-sensitive headers.
     pub fn has_case(&self) -> bool {
-        self.header_name_map.is_some()
+        self.spelling.is_kept()
     }
 
     pub fn map<F: FnMut(HeaderNameVariant, &HeaderValue) -> Result<()>>(
         &self,
         mut f: F,
     ) -> Result<()> {
-        let key_map = self.header_name_map.as_ref();
-        let value_map = &self.base.headers;
-
-        if let Some(key_map) = key_map {
-            let iter = key_map.iter().zip(value_map.iter());
-            for ((header, case_header), (header2, val)) in iter {
-                if header != header2 {
-                    // in case the header iteration order changes in future versions of HMap
-                    panic!("header iter mismatch {}, {}", header, header2)
-                }
-                f(HeaderNameVariant::Case(case_header), val)?;
-            }
-        } else {
-            for (header, value) in value_map {
-                let titled_header =
-                    case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
-                f(HeaderNameVariant::Titled(titled_header), value)?;
-            }
-        }
-
-        Ok(())
+        self.spelling.for_each(&self.base.headers, |name, value| f(name, value))
     }
 
     /// Return mutable access to the request extensions.
@@ -432,10 +416,7 @@ impl RequestHeader {
     pub fn clone_with_room(&self, additional: usize) -> Self {
         Self {
             base: req_parts_with(&self.base, map_with_room(&self.base.headers, additional)),
-            header_name_map: self
-                .header_name_map
-                .as_ref()
-                .map(|names| map_with_room(names, additional)),
+            spelling: self.spelling.clone_with_room(additional),
             raw_target: self.raw_target.clone(),
             send_end_stream: self.send_end_stream,
         }
@@ -446,7 +427,7 @@ impl Clone for RequestHeader {
     fn clone(&self) -> Self {
         Self {
             base: self.as_owned_parts(),
-            header_name_map: self.header_name_map.clone(),
+            spelling: self.spelling.clone(),
             raw_target: self.raw_target.clone(),
             send_end_stream: self.send_end_stream,
         }
@@ -461,7 +442,7 @@ impl From<ReqParts> for RequestHeader {
     fn from(parts: ReqParts) -> RequestHeader {
         Self {
             base: parts,
-            header_name_map: None,
+            spelling: Spelling::Dropped,
             // The Uri is the only target available here, so it is the one that serializes.
             raw_target: RawTarget::FromUri,
             send_end_stream: true,
@@ -491,8 +472,8 @@ impl From<RequestHeader> for ReqParts {
 #[derive(Debug)]
 pub struct ResponseHeader {
     base: RespParts,
-    // an ordered header map to store the original case of each header name
-    header_name_map: Option<CaseMap>,
+    // how each header name is spelled (rolter patch: see `spelling`)
+    spelling: Spelling,
     // the reason phrase of the response, if unset, a default one will be used
     reason_phrase: Option<String>,
 }
@@ -515,7 +496,7 @@ impl Clone for ResponseHeader {
     fn clone(&self) -> Self {
         Self {
             base: self.as_owned_parts(),
-            header_name_map: self.header_name_map.clone(),
+            spelling: self.spelling.clone(),
             reason_phrase: self.reason_phrase.clone(),
         }
     }
@@ -526,7 +507,7 @@ impl From<RespParts> for ResponseHeader {
     fn from(parts: RespParts) -> ResponseHeader {
         Self {
             base: parts,
-            header_name_map: None,
+            spelling: Spelling::Dropped,
             reason_phrase: None,
         }
     }
@@ -547,9 +528,7 @@ impl From<Box<ResponseHeader>> for Box<RespParts> {
 impl ResponseHeader {
     fn new(size_hint: Option<usize>) -> Self {
         let mut resp_header = Self::new_no_case(size_hint);
-        resp_header.header_name_map = Some(CaseMap::with_capacity(http_header_map_upper_bound(
-            size_hint,
-        )));
+        resp_header.spelling = Spelling::kept();
         resp_header
     }
 
@@ -558,7 +537,7 @@ impl ResponseHeader {
         base.headers.reserve(http_header_map_upper_bound(size_hint));
         ResponseHeader {
             base,
-            header_name_map: None,
+            spelling: Spelling::Dropped,
             reason_phrase: None,
         }
     }
@@ -598,7 +577,7 @@ impl ResponseHeader {
             .try_into()
             .explain_err(InvalidHTTPHeader, |_| "invalid value while append")?;
         append_header_value(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             header_value,
@@ -618,7 +597,7 @@ impl ResponseHeader {
             .try_into()
             .explain_err(InvalidHTTPHeader, |_| "invalid value while insert")?;
         insert_header_value(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             header_value,
@@ -631,7 +610,7 @@ impl ResponseHeader {
     /// copied into a new allocation on every insert, and copied again for the case map.
     pub fn insert_header_static(&mut self, name: &'static HeaderName, value: HeaderValue) {
         insert_header_value_static(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             name,
             value,
@@ -643,7 +622,7 @@ impl ResponseHeader {
     /// rehash of both) several times while a proxy added its own.
     pub fn reserve(&mut self, additional: usize) {
         reserve_headers(
-            self.header_name_map.as_mut(),
+            &mut self.spelling,
             &mut self.base.headers,
             additional,
         )
@@ -654,54 +633,37 @@ impl ResponseHeader {
     where
         &'a N: 'a + AsHeaderName,
     {
-        remove_header(self.header_name_map.as_mut(), &mut self.base.headers, name)
+        remove_header(&mut self.spelling, &mut self.base.headers, name)
     }
 
     /// Write the header to the `buf` in HTTP/1.1 wire format.
     ///
     /// The header case will be preserved.
     pub fn header_to_h1_wire(&self, buf: &mut impl BufMut) {
-        header_to_h1_wire(self.header_name_map.as_ref(), &self.base.headers, buf)
+        self.spelling.to_h1_wire(&self.base.headers, buf)
     }
 
     /// If case sensitivity is enabled, returns an iterator to iterate over case-sensitive header names and values.
     /// Otherwise returns an empty iterator.
     ///
     /// Headers of the same name are visited in insertion order.
-    pub fn case_header_iter(&self) -> impl Iterator<Item = (&CaseHeaderName, &HeaderValue)> + '_ {
-        case_header_iter(self.header_name_map.as_ref(), &self.base.headers)
+    ///
+    /// rolter patch: the names are owned (a reference count), as a name spelled the usual way
+    /// has no spelling stored.
+    pub fn case_header_iter(&self) -> impl Iterator<Item = (CaseHeaderName, &HeaderValue)> + '_ {
+        self.spelling.case_iter(&self.base.headers)
     }
 
     /// Returns true if the response has case-sensitive headers.
     pub fn has_case(&self) -> bool {
-        self.header_name_map.is_some()
+        self.spelling.is_kept()
     }
 
     pub fn map<F: FnMut(HeaderNameVariant, &HeaderValue) -> Result<()>>(
         &self,
         mut f: F,
     ) -> Result<()> {
-        let key_map = self.header_name_map.as_ref();
-        let value_map = &self.base.headers;
-
-        if let Some(key_map) = key_map {
-            let iter = key_map.iter().zip(value_map.iter());
-            for ((header, case_header), (header2, val)) in iter {
-                if header != header2 {
-                    // in case the header iteration order changes in future versions of HMap
-                    panic!("header iter mismatch {}, {}", header, header2)
-                }
-                f(HeaderNameVariant::Case(case_header), val)?;
-            }
-        } else {
-            for (header, value) in value_map {
-                let titled_header =
-                    case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
-                f(HeaderNameVariant::Titled(titled_header), value)?;
-            }
-        }
-
-        Ok(())
+        self.spelling.for_each(&self.base.headers, |name, value| f(name, value))
     }
 
     /// Return mutable access to the response extensions.
@@ -915,23 +877,18 @@ fn http_header_map_upper_bound(size_hint: Option<usize>) -> usize {
 
 #[inline]
 fn append_header_value<T>(
-    name_map: Option<&mut CaseMap>,
+    spelling: &mut Spelling,
     value_map: &mut HMap<T>,
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<bool> {
     let (header_name, case_header_name) = name.into_header_names()?;
-    // store the original case in the map
-    if let Some(name_map) = name_map {
-        // Use the non-panicking `try_append`: the infallible `append` calls
-        // `.expect("size overflows MAX_SIZE")` internally, which would abort the
-        // process if the case map ever exceeded `http`'s `MAX_SIZE` (1 << 15).
-        name_map
-            .try_append(header_name.clone(), case_header_name)
-            .or_err(InvalidHTTPHeader, "header name map size overflows MAX_SIZE")?;
-    }
+    // store the original case
+    spelling.append(value_map, &header_name, case_header_name)?;
 
-    // Non-panicking `try_append` for the same reason as the case map above.
+    // Use the non-panicking `try_append`: the infallible `append` calls
+    // `.expect("size overflows MAX_SIZE")` internally, which would abort the
+    // process if the map ever exceeded `http`'s `MAX_SIZE` (1 << 15).
     value_map.try_append(header_name, value).or_err(
         InvalidHTTPHeader,
         "header value map size overflows MAX_SIZE",
@@ -940,16 +897,14 @@ fn append_header_value<T>(
 
 #[inline]
 fn insert_header_value<T>(
-    name_map: Option<&mut CaseMap>,
+    spelling: &mut Spelling,
     value_map: &mut HMap<T>,
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<()> {
     let (header_name, case_header_name) = name.into_header_names()?;
-    if let Some(name_map) = name_map {
-        // store the original case in the map
-        name_map.insert(header_name.clone(), case_header_name);
-    }
+    // store the original case
+    spelling.insert(value_map, &header_name, case_header_name);
     value_map.insert(header_name, value);
     Ok(())
 }
@@ -957,14 +912,12 @@ fn insert_header_value<T>(
 // rolter patch: [RequestHeader::insert_header_static()], for both header types.
 #[inline]
 fn insert_header_value_static<T>(
-    name_map: Option<&mut CaseMap>,
+    spelling: &mut Spelling,
     value_map: &mut HMap<T>,
     name: &'static HeaderName,
     value: T,
 ) {
-    if let Some(name_map) = name_map {
-        name_map.insert(name.clone(), CaseHeaderName::from_static(name.as_str()));
-    }
+    spelling.insert(value_map, name, CaseHeaderName::from_static(name.as_str()));
     value_map.insert(name.clone(), value);
 }
 
@@ -981,17 +934,15 @@ fn map_with_room<T: Clone>(map: &HMap<T>, additional: usize) -> HMap<T> {
 
 // rolter patch: [RequestHeader::reserve()], for both header types.
 #[inline]
-fn reserve_headers<T>(name_map: Option<&mut CaseMap>, value_map: &mut HMap<T>, additional: usize) {
-    if let Some(name_map) = name_map {
-        name_map.reserve(additional);
-    }
+fn reserve_headers<T>(spelling: &mut Spelling, value_map: &mut HMap<T>, additional: usize) {
+    spelling.reserve(additional);
     value_map.reserve(additional);
 }
 
 // the &N here is to avoid clone(). None Copy type like String can impl AsHeaderName
 #[inline]
 fn remove_header<'a, T, N: ?Sized>(
-    name_map: Option<&mut CaseMap>,
+    spelling: &mut Spelling,
     value_map: &mut HMap<T>,
     name: &'a N,
 ) -> Option<T>
@@ -1000,9 +951,7 @@ where
 {
     let removed = value_map.remove(name);
     if removed.is_some() {
-        if let Some(name_map) = name_map {
-            name_map.remove(name);
-        }
+        spelling.remove(value_map, name);
     }
     removed
 }
@@ -1102,47 +1051,6 @@ fn normalize_field_value(raw: bytes::Bytes) -> bytes::Bytes {
         push_with_replacement(&mut unfolded, line);
     }
     bytes::Bytes::from(unfolded)
-}
-
-#[inline]
-fn header_to_h1_wire(key_map: Option<&CaseMap>, value_map: &HMap, buf: &mut impl BufMut) {
-    const CRLF: &[u8; 2] = b"\r\n";
-    const HEADER_KV_DELIMITER: &[u8; 2] = b": ";
-
-    if let Some(key_map) = key_map {
-        case_header_iter(key_map.into(), value_map).for_each(|(case_header, val)| {
-            buf.put_slice(case_header.as_slice());
-            buf.put_slice(HEADER_KV_DELIMITER);
-            buf.put_slice(val.as_ref());
-            buf.put_slice(CRLF);
-        });
-    } else {
-        for (header, value) in value_map {
-            let titled_header =
-                case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
-            buf.put_slice(titled_header.as_bytes());
-            buf.put_slice(HEADER_KV_DELIMITER);
-            buf.put_slice(value.as_ref());
-            buf.put_slice(CRLF);
-        }
-    }
-}
-
-#[inline]
-fn case_header_iter<'a>(
-    name_map: Option<&'a CaseMap>,
-    value_map: &'a HMap,
-) -> impl Iterator<Item = (&'a CaseHeaderName, &'a HeaderValue)> + 'a {
-    name_map.into_iter().flat_map(|name_map| {
-        name_map
-            .iter()
-            .zip(value_map.iter())
-            .map(|((h1, name), (h2, value))| {
-                // in case the header iteration order changes in future versions of HMap
-                assert_eq!(h1, h2, "header iter mismatch {}, {}", h1, h2);
-                (name, value)
-            })
-    })
 }
 
 #[cfg(test)]
