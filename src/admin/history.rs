@@ -51,7 +51,12 @@ pub struct HistorySampler {
 }
 
 impl HistorySampler {
+    /// Takes the first readings now, before the server serves, so that
+    /// the first point counts every request from the start: a request
+    /// answered before the service's first tick was in its baseline and
+    /// in no point.
     pub fn new(state: Arc<GatewayState>) -> Self {
+        state.history.record(readings(&state));
         Self { state }
     }
 }
@@ -59,7 +64,8 @@ impl HistorySampler {
 #[async_trait]
 impl BackgroundService for HistorySampler {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut ticks = tokio::time::interval(INTERVAL);
+        // The baseline was taken in `new`: the first point is one interval on.
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + INTERVAL, INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
