@@ -63,6 +63,45 @@ pub trait IntoCaseHeaderName {
             .or_err(InvalidHTTPHeader, "invalid header name")?;
         Ok((header_name, case_header_name))
     }
+
+    /// As [Self::into_header_names()], with the spelling only when it is not the name's
+    /// [usual] one (rolter patch): what a header block that keeps only unusual spellings
+    /// needs, without spelling out a name only to find it usual.
+    fn into_header_names_unless_usual(self) -> Result<(HeaderName, Option<CaseHeaderName>)>
+    where
+        Self: Sized,
+    {
+        let (header_name, case_header_name) = self.into_header_names()?;
+        let unusual = !is_usual(&header_name, case_header_name.as_slice());
+        Ok((header_name, unusual.then_some(case_header_name)))
+    }
+}
+
+/// A name as it was parsed out of `buf`, a header block's shared buffer (rolter patch): its
+/// spelling is sliced out of `buf` (a reference count) only when it is not the usual one.
+pub struct ParsedName<'a> {
+    buf: &'a Bytes,
+    name: &'a [u8],
+}
+
+impl<'a> ParsedName<'a> {
+    /// `name` must lie within `buf`.
+    pub fn new(buf: &'a Bytes, name: &'a [u8]) -> Self {
+        ParsedName { buf, name }
+    }
+}
+
+impl IntoCaseHeaderName for ParsedName<'_> {
+    fn into_case_header_name(self) -> CaseHeaderName {
+        CaseHeaderName(self.buf.slice_ref(self.name))
+    }
+
+    fn into_header_names_unless_usual(self) -> Result<(HeaderName, Option<CaseHeaderName>)> {
+        let header_name =
+            HeaderName::from_bytes(self.name).or_err(InvalidHTTPHeader, "invalid header name")?;
+        let unusual = !is_usual(&header_name, self.name);
+        Ok((header_name, unusual.then(|| self.into_case_header_name())))
+    }
 }
 
 impl IntoCaseHeaderName for CaseHeaderName {
@@ -92,6 +131,10 @@ impl IntoCaseHeaderName for HeaderName {
         let case_header_name = CaseHeaderName(titled_header_name(&self));
         Ok((self, case_header_name))
     }
+
+    fn into_header_names_unless_usual(self) -> Result<(HeaderName, Option<CaseHeaderName>)> {
+        Ok((self, None))
+    }
 }
 
 impl IntoCaseHeaderName for &HeaderName {
@@ -101,6 +144,10 @@ impl IntoCaseHeaderName for &HeaderName {
 
     fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName)> {
         Ok((self.clone(), CaseHeaderName(titled_header_name(self))))
+    }
+
+    fn into_header_names_unless_usual(self) -> Result<(HeaderName, Option<CaseHeaderName>)> {
+        Ok((self.clone(), None))
     }
 }
 
@@ -115,6 +162,17 @@ fn titled_header_name(header_name: &HeaderName) -> Bytes {
         || Bytes::copy_from_slice(header_name.as_str().as_bytes()),
         |s| Bytes::from_static(s.as_bytes()),
     )
+}
+
+/// How a name is written when its spelling is not kept (rolter patch): titled for the common
+/// standard names, lowercase (as parsed) for the rest.
+pub(crate) fn usual(name: &HeaderName) -> &str {
+    titled_header_name_str(name).unwrap_or(name.as_str())
+}
+
+/// Whether `spelled` is how [`usual`] writes `name`.
+pub(crate) fn is_usual(name: &HeaderName, spelled: &[u8]) -> bool {
+    usual(name).as_bytes() == spelled
 }
 
 pub(crate) fn titled_header_name_str(header_name: &HeaderName) -> Option<&'static str> {

@@ -43,7 +43,7 @@ use authority::{raw_target_authority, RawTargetAuthority};
 
 mod case_header_name;
 use case_header_name::CaseHeaderName;
-pub use case_header_name::IntoCaseHeaderName;
+pub use case_header_name::{IntoCaseHeaderName, ParsedName};
 
 // rolter patch: names spelled as Pingora writes them are not kept in a second map.
 mod spelling;
@@ -882,9 +882,16 @@ fn append_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<bool> {
-    let (header_name, case_header_name) = name.into_header_names()?;
-    // store the original case
-    spelling.append(value_map, &header_name, case_header_name)?;
+    // store the original case (rolter patch: spelled out only where it is kept)
+    let header_name = if spelling.is_map() {
+        let (header_name, spelled) = name.into_header_names()?;
+        spelling.append(value_map, &header_name, Some(spelled))?;
+        header_name
+    } else {
+        let (header_name, unusual) = name.into_header_names_unless_usual()?;
+        spelling.append(value_map, &header_name, unusual)?;
+        header_name
+    };
 
     // Use the non-panicking `try_append`: the infallible `append` calls
     // `.expect("size overflows MAX_SIZE")` internally, which would abort the
@@ -902,9 +909,16 @@ fn insert_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<()> {
-    let (header_name, case_header_name) = name.into_header_names()?;
-    // store the original case
-    spelling.insert(value_map, &header_name, case_header_name);
+    // store the original case (rolter patch: spelled out only where it is kept)
+    let header_name = if spelling.is_map() {
+        let (header_name, spelled) = name.into_header_names()?;
+        spelling.insert(value_map, &header_name, Some(spelled));
+        header_name
+    } else {
+        let (header_name, unusual) = name.into_header_names_unless_usual()?;
+        spelling.insert(value_map, &header_name, unusual);
+        header_name
+    };
     value_map.insert(header_name, value);
     Ok(())
 }
@@ -917,7 +931,10 @@ fn insert_header_value_static<T>(
     name: &'static HeaderName,
     value: T,
 ) {
-    spelling.insert(value_map, name, CaseHeaderName::from_static(name.as_str()));
+    // Lowercase is the usual spelling of every name but the few that are written titled.
+    let unusual = (case_header_name::usual(name) != name.as_str())
+        .then(|| CaseHeaderName::from_static(name.as_str()));
+    spelling.insert(value_map, name, unusual);
     value_map.insert(name.clone(), value);
 }
 

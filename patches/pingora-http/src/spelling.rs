@@ -14,7 +14,7 @@ use bytes::BufMut;
 use http::header::{AsHeaderName, HeaderName, HeaderValue};
 use pingora_error::{ErrorType::*, OrErr, Result};
 
-use crate::case_header_name::{titled_header_name_str, CaseHeaderName};
+use crate::case_header_name::{usual, CaseHeaderName};
 use crate::{HMap, HeaderNameVariant};
 
 type CaseMap = HMap<CaseHeaderName>;
@@ -34,16 +34,6 @@ pub(crate) enum Spelling {
     Kept(CaseMap),
 }
 
-/// How a name is written when its spelling is not kept: titled for the common standard names,
-/// lowercase (as parsed) for the rest.
-pub(crate) fn usual(name: &HeaderName) -> &str {
-    titled_header_name_str(name).unwrap_or(name.as_str())
-}
-
-fn is_usual(name: &HeaderName, spelled: &CaseHeaderName) -> bool {
-    usual(name).as_bytes() == spelled.as_slice()
-}
-
 impl Spelling {
     pub(crate) fn kept() -> Self {
         Spelling::Usual(Vec::new())
@@ -53,61 +43,88 @@ impl Spelling {
         !matches!(self, Spelling::Dropped)
     }
 
-    /// Record that `name`, spelled `spelled`, is about to be appended to `values`.
+    /// Whether every name's spelling is kept, usual or not: the block turned to the map.
+    pub(crate) fn is_map(&self) -> bool {
+        matches!(self, Spelling::Kept(_))
+    }
+
+    /// Record that `name`, spelled `unusual` (`None`: the [usual] way), is about to be appended
+    /// to `values`. In the map form the caller gives every spelling, usual or not.
     pub(crate) fn append<T>(
         &mut self,
         values: &HMap<T>,
         name: &HeaderName,
-        spelled: CaseHeaderName,
+        unusual: Option<CaseHeaderName>,
     ) -> Result<()> {
-        if let Spelling::Usual(unusual) = self {
-            let fits = match unusual.iter().position(|(listed, _)| listed == name) {
-                Some(at) => unusual[at].1.as_slice() == spelled.as_slice(),
-                None if is_usual(name, &spelled) => true,
-                None if unusual.len() < MAX_UNUSUAL && !values.contains_key(name) => {
-                    unusual.push((name.clone(), spelled));
-                    return Ok(());
+        let unusual = match self {
+            Spelling::Dropped => return Ok(()),
+            Spelling::Usual(listed) => {
+                let at = listed.iter().position(|(listed, _)| listed == name);
+                match (at, unusual) {
+                    // A name missing from the list is spelled the usual way wherever it appears.
+                    (None, None) => return Ok(()),
+                    (Some(at), Some(spelled)) if listed[at].1.as_slice() == spelled.as_slice() => {
+                        return Ok(())
+                    }
+                    (None, Some(spelled))
+                        if listed.len() < MAX_UNUSUAL && !values.contains_key(name) =>
+                    {
+                        listed.push((name.clone(), spelled));
+                        return Ok(());
+                    }
+                    // Listed another way, or no room left: every spelling goes to the map.
+                    (_, unusual) => {
+                        self.keep_in_map(values);
+                        unusual
+                    }
                 }
-                None => false,
-            };
-            if fits {
-                return Ok(());
             }
-            self.keep_in_map(values);
-        }
+            Spelling::Kept(_) => unusual,
+        };
         if let Spelling::Kept(map) = self {
             // Non-panicking `try_append`: the infallible `append` calls
             // `.expect("size overflows MAX_SIZE")` internally, which would abort the
             // process if the case map ever exceeded `http`'s `MAX_SIZE` (1 << 15).
+            let spelled = unusual.unwrap_or_else(|| CaseHeaderName::usual(name));
             map.try_append(name.clone(), spelled)
                 .or_err(InvalidHTTPHeader, "header name map size overflows MAX_SIZE")?;
         }
         Ok(())
     }
 
-    /// Record that `name`, spelled `spelled`, is about to replace every value of `name` in
-    /// `values`.
+    /// Record that `name`, spelled `unusual` (`None`: the [usual] way), is about to replace
+    /// every value of `name` in `values`.
     pub(crate) fn insert<T>(
         &mut self,
         values: &HMap<T>,
         name: &HeaderName,
-        spelled: CaseHeaderName,
+        unusual: Option<CaseHeaderName>,
     ) {
-        if let Spelling::Usual(unusual) = self {
-            if let Some(at) = unusual.iter().position(|(listed, _)| listed == name) {
-                unusual.swap_remove(at);
+        let unusual = match self {
+            Spelling::Dropped => return,
+            Spelling::Usual(listed) => {
+                if let Some(at) = listed.iter().position(|(listed, _)| listed == name) {
+                    listed.swap_remove(at);
+                }
+                match unusual {
+                    None => return,
+                    Some(spelled) if listed.len() < MAX_UNUSUAL => {
+                        listed.push((name.clone(), spelled));
+                        return;
+                    }
+                    Some(spelled) => {
+                        self.keep_in_map(values);
+                        Some(spelled)
+                    }
+                }
             }
-            if is_usual(name, &spelled) {
-                return;
-            }
-            if unusual.len() < MAX_UNUSUAL {
-                unusual.push((name.clone(), spelled));
-                return;
-            }
-            self.keep_in_map(values);
-        }
+            Spelling::Kept(_) => unusual,
+        };
         if let Spelling::Kept(map) = self {
-            map.insert(name.clone(), spelled);
+            map.insert(
+                name.clone(),
+                unusual.unwrap_or_else(|| CaseHeaderName::usual(name)),
+            );
         }
     }
 

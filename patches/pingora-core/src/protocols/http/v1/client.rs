@@ -18,7 +18,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{header, header::AsHeaderName, HeaderName, HeaderValue, StatusCode, Version};
 use log::{debug, trace};
 use pingora_error::{Error, ErrorType::*, OrErr, Result, RetryType};
-use pingora_http::{HMap, IntoCaseHeaderName, RequestHeader, ResponseHeader};
+use pingora_http::{HMap, ParsedName, RequestHeader, ResponseHeader};
 // rolter patch: a timeout that reads no clock unless it has to.
 use super::lazy_timeout::timeout;
 use std::io::ErrorKind;
@@ -437,8 +437,9 @@ impl HttpSession {
                         let buf = buf.freeze();
 
                         for header in header_refs {
-                            let header_name = header.get_name_bytes(&buf);
-                            let header_name = header_name.into_case_header_name();
+                            // rolter patch: the name's spelling is kept (a slice of `buf`) only
+                            // when it is not the usual one.
+                            let header_name = ParsedName::new(&buf, header.get_name(&buf));
                             let value_bytes = header.get_value_bytes(&buf);
                             let header_value = pingora_http::header_value_from_raw(value_bytes);
                             if let Err(e) = response_header

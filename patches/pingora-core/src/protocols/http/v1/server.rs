@@ -24,7 +24,7 @@ use log::{debug, trace, warn};
 use once_cell::sync::Lazy;
 use percent_encoding::{percent_encode, AsciiSet, CONTROLS};
 use pingora_error::{Error, ErrorType::*, OrErr, Result};
-use pingora_http::{IntoCaseHeaderName, RequestHeader, ResponseHeader};
+use pingora_http::{ParsedName, RequestHeader, ResponseHeader};
 // rolter patch: a timeout that reads no clock unless it has to.
 use super::lazy_timeout::timeout;
 use regex::bytes::Regex;
@@ -399,8 +399,9 @@ impl HttpSession {
                         let buf = buf.freeze();
 
                         for header in header_refs {
-                            let header_name = header.get_name_bytes(&buf);
-                            let header_name = header_name.into_case_header_name();
+                            // rolter patch: the name's spelling is kept (a slice of `buf`) only
+                            // when it is not the usual one.
+                            let header_name = ParsedName::new(&buf, header.get_name(&buf));
                             let value_bytes = header.get_value_bytes(&buf);
                             // safe because this is from what we parsed
                             let header_value = unsafe {
