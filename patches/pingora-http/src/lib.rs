@@ -875,6 +875,21 @@ fn http_header_map_upper_bound(size_hint: Option<usize>) -> usize {
     )
 }
 
+/// `name`'s key, and its spelling where `spelling` keeps it (rolter patch): every spelling
+/// once the block is a map, only an unusual one before, so a usual name is not spelled out.
+#[inline]
+fn names_to_keep(
+    spelling: &Spelling,
+    name: impl IntoCaseHeaderName,
+) -> Result<(HeaderName, Option<CaseHeaderName>)> {
+    if spelling.is_map() {
+        let (header_name, spelled) = name.into_header_names()?;
+        Ok((header_name, Some(spelled)))
+    } else {
+        name.into_header_names_unless_usual()
+    }
+}
+
 #[inline]
 fn append_header_value<T>(
     spelling: &mut Spelling,
@@ -882,16 +897,9 @@ fn append_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<bool> {
-    // store the original case (rolter patch: spelled out only where it is kept)
-    let header_name = if spelling.is_map() {
-        let (header_name, spelled) = name.into_header_names()?;
-        spelling.append(value_map, &header_name, Some(spelled))?;
-        header_name
-    } else {
-        let (header_name, unusual) = name.into_header_names_unless_usual()?;
-        spelling.append(value_map, &header_name, unusual)?;
-        header_name
-    };
+    // store the original case
+    let (header_name, spelled) = names_to_keep(spelling, name)?;
+    spelling.append(value_map, &header_name, spelled)?;
 
     // Use the non-panicking `try_append`: the infallible `append` calls
     // `.expect("size overflows MAX_SIZE")` internally, which would abort the
@@ -909,16 +917,9 @@ fn insert_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<()> {
-    // store the original case (rolter patch: spelled out only where it is kept)
-    let header_name = if spelling.is_map() {
-        let (header_name, spelled) = name.into_header_names()?;
-        spelling.insert(value_map, &header_name, Some(spelled));
-        header_name
-    } else {
-        let (header_name, unusual) = name.into_header_names_unless_usual()?;
-        spelling.insert(value_map, &header_name, unusual);
-        header_name
-    };
+    // store the original case
+    let (header_name, spelled) = names_to_keep(spelling, name)?;
+    spelling.insert(value_map, &header_name, spelled);
     value_map.insert(header_name, value);
     Ok(())
 }
@@ -931,8 +932,8 @@ fn insert_header_value_static<T>(
     name: &'static HeaderName,
     value: T,
 ) {
-    // Lowercase is the usual spelling of every name but the few that are written titled.
-    let unusual = (case_header_name::usual(name) != name.as_str())
+    // Written as `name` spells it: lowercase, which is unusual only for the few titled names.
+    let unusual = (!case_header_name::is_usual(name, name.as_str().as_bytes()))
         .then(|| CaseHeaderName::from_static(name.as_str()));
     spelling.insert(value_map, name, unusual);
     value_map.insert(name.clone(), value);
