@@ -100,7 +100,7 @@ def aggregate(cells: list[dict], scenarios: list) -> list[dict]:
             )
             # Extra figures some workloads have.
             for key in ("streams_at_once", "rss_per_stream_kib", "peak_rss_at_10k_kib",
-                        "rss_per_connection_kib", "rss_all_idle_kib",
+                        "rss_per_connection_kib", "rss_all_idle_kib", "quiet_wakeups_per_s",
                         "idle_rss_kib", "rss_early_kib", "rss_late_kib", "stream_p99",
                         "first_event_p50", "first_event_p99", "p999", "streams",
                         "streams_completed"):
@@ -266,6 +266,8 @@ def notes(row: dict, plan) -> str:
             out.append(f"{row['rss_per_stream_kib']:.1f} KiB/stream over idle")
     if row["scenario"] == "idle-10k" and row.get("rss_per_connection_kib") is not None:
         out.append(f"{row['rss_per_connection_kib']:.1f} KiB per idle connection")
+    if row["scenario"] == "idle-10k" and row.get("quiet_wakeups_per_s") is not None:
+        out.append(f"{row['quiet_wakeups_per_s']:.1f} wakeups/s with no traffic")
     if row["scenario"] == "soak":
         if row.get("rss_early_kib"):
             growth = (row["rss_late_kib"] - row["rss_early_kib"]) / 1024

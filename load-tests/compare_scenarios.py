@@ -23,7 +23,8 @@ latency percentiles, failures) so the report can put them in one table.
               `openai` SDK's typed content sends it.
   streams-10k `sse_clients.py hold`: 10,000 streams open at once (or as many
               as the descriptor limit allows), the proxy's memory at the peak.
-  idle-10k    `sse_clients.py idle`: as many keep-alive connections, each
+  idle-10k    first 5 s with no traffic (the proxy's wakeups a second), then
+              `sse_clients.py idle`: as many keep-alive connections, each
               idle after one short stream; the proxy's memory per connection.
   soak        k6 `steady.js` (chat at a fixed rate + long streams) for a
               bounded time, once per proxy: errors, latency, memory growth.
@@ -412,9 +413,19 @@ def measure_hold(cell: Cell) -> dict:
     }
 
 
+# How long the proxy is watched with no traffic at all for its wakeups.
+QUIET_S = 5.0
+
+
 def measure_idle(cell: Cell) -> dict:
     plan = cell.plan
     connections = plan.hold_streams
+    # First the proxy alone, after its warm-up: how often its threads wake
+    # with nothing to do (nginx: only its timers; rolter: its background
+    # services' rounds and the keep-alive pool's sweep).
+    switches = cell.target.meter.voluntary_switches()
+    time.sleep(QUIET_S)
+    wakeups_per_s = (cell.target.meter.voluntary_switches() - switches) / QUIET_S
     idle_rss = cell.target.meter.rss_kib()
     at_all_idle: dict = {}
 
@@ -442,6 +453,7 @@ def measure_idle(cell: Cell) -> dict:
         "idle_rss_kib": idle_rss,
         "rss_all_idle_kib": rss,
         "rss_per_connection_kib": None if per_connection is None else round(per_connection, 2),
+        "quiet_wakeups_per_s": round(wakeups_per_s, 1),
         "counters": window(before, after),
     }
 

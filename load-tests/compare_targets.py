@@ -128,6 +128,19 @@ class Meter:
     def rss_kib(self) -> int:
         return sum(status_kib(p, "VmRSS") for p in self.proxy_pids())
 
+    def voluntary_switches(self) -> int:
+        """Voluntary context switches so far, over every thread of the
+        proxy's processes: each time a thread slept and woke counts one."""
+        total = 0
+        for pid in self.proxy_pids():
+            tasks = f"/proc/{pid}/task"
+            for tid in os.listdir(tasks) if os.path.isdir(tasks) else []:
+                text = _read(f"{tasks}/{tid}/status") or ""
+                for line in text.splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        return total
+
 
 def window(before: Reading, after: Reading, live_client_cpu: float = 0.0) -> dict:
     """The counters' deltas over a measurement, and the CPU time the machine

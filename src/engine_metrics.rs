@@ -34,9 +34,8 @@ use crate::clock;
 use crate::config::EngineMetrics;
 use crate::http_client::Endpoint;
 use crate::tracker::{EngineStats, LoadTracker, Reading, ANY_MODEL};
+use crate::wake::{self, Changes, Wake};
 
-/// How often the poller wakes to see which polls are due.
-const TICK: Duration = Duration::from_millis(50);
 /// The most of a metrics page that is read (vLLM's is ~100 KiB with
 /// histograms).
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -192,11 +191,17 @@ pub fn parse(text: &str) -> Result<EngineReading, String> {
 pub struct EngineMetricsPoller {
     source: MetricsSource,
     tracker: Arc<LoadTracker>,
+    changes: Changes,
 }
 
 impl EngineMetricsPoller {
-    pub fn new(source: MetricsSource, tracker: Arc<LoadTracker>) -> Self {
-        Self { source, tracker }
+    /// Polls what `source` says, rereading it whenever `changes` moves.
+    pub fn new(source: MetricsSource, tracker: Arc<LoadTracker>, changes: Changes) -> Self {
+        Self {
+            source,
+            tracker,
+            changes,
+        }
     }
 
     /// One poll of `slug`'s engine, stored into its targets.
@@ -240,6 +245,26 @@ impl EngineMetricsPoller {
             }
         }
     }
+
+    /// Polls every provider of `due` whose engine has a tracked target, at
+    /// once.
+    async fn poll_all(
+        &self,
+        connector: &Connector,
+        due: &[(&String, &EngineMetrics)],
+        endpoints: &HashMap<String, Result<Endpoint, String>>,
+    ) {
+        let polls = due.iter().filter_map(|(slug, metrics)| {
+            // No target of it is tracked yet: nothing would read it.
+            let engine = self.tracker.engine(slug)?;
+            // Targets created since the last poll need the setting too.
+            engine.set_stale_after(Some(metrics.stale_after.as_millis() as u64));
+            // Built for every provider of this version's list.
+            let endpoint = endpoints.get(*slug)?;
+            Some(self.poll(connector, slug, engine, endpoint))
+        });
+        futures_util::future::join_all(polls).await;
+    }
 }
 
 #[async_trait]
@@ -249,11 +274,8 @@ impl BackgroundService for EngineMetricsPoller {
         let mut endpoints: HashMap<String, Result<Endpoint, String>> = HashMap::new();
         let mut built_for = None;
         let mut last_poll: HashMap<String, u64> = HashMap::new();
+        let mut changes = self.changes.clone();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => return,
-            }
             let (version, providers) = (self.source)();
             if built_for != Some(version) {
                 endpoints.clear();
@@ -286,24 +308,24 @@ impl BackgroundService for EngineMetricsPoller {
                         .is_none_or(|&at| now >= at + metrics.poll_interval.as_millis() as u64)
                 })
                 .collect();
-            if due.is_empty() {
-                continue;
+            if !due.is_empty() {
+                self.poll_all(&connector, &due, &endpoints).await;
+                let now = clock::now_ms();
+                for (slug, _) in due {
+                    last_poll.insert(slug.clone(), now);
+                }
+                last_poll.retain(|slug, _| endpoints.contains_key(slug));
             }
-            let polls = due.iter().filter_map(|(slug, metrics)| {
-                // No target of it is tracked yet: nothing would read it.
-                let engine = self.tracker.engine(slug)?;
-                // Targets created since the last poll need the setting too.
-                engine.set_stale_after(Some(metrics.stale_after.as_millis() as u64));
-                // Built for every provider of this version's list.
-                let endpoint = endpoints.get(*slug)?;
-                Some(self.poll(&connector, slug, engine, endpoint))
-            });
-            futures_util::future::join_all(polls).await;
-            let now = clock::now_ms();
-            for (slug, _) in due {
-                last_poll.insert(slug.clone(), now);
+            let next = wake::earliest(
+                providers.iter().filter_map(|(slug, metrics)| {
+                    let every = metrics.as_ref()?.poll_interval.as_millis() as u64;
+                    Some((last_poll.get(slug).copied(), every))
+                }),
+                clock::now_ms(),
+            );
+            if wake::until(next, &mut changes, &mut shutdown).await == Wake::Shutdown {
+                return;
             }
-            last_poll.retain(|slug, _| endpoints.contains_key(slug));
         }
     }
 }

@@ -146,7 +146,8 @@ impl FlowControl {
     }
 }
 
-/// How often the dispatcher kicks the queues without an event.
+/// How often the dispatcher kicks the queues without an event while a
+/// request waits.
 const TICK: Duration = Duration::from_millis(100);
 
 /// Kicks the queues whenever capacity may have freed.
@@ -164,9 +165,12 @@ impl Dispatcher {
 impl BackgroundService for Dispatcher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         loop {
+            // With nobody waiting there is nothing to kick: it sleeps until
+            // the first waiter signals.
+            let waiting = self.flow.waiting() > 0;
             tokio::select! {
                 _ = self.flow.signal.changed() => {}
-                _ = tokio::time::sleep(TICK) => {}
+                _ = tokio::time::sleep(TICK), if waiting => {}
                 _ = shutdown.changed() => return,
             }
             if self.flow.waiting() > 0 {

@@ -116,7 +116,13 @@ impl ProviderHealth {
 
     /// Whether a probe is due (not backing off after a 429).
     pub fn probe_due(&self, now_ms: u64) -> bool {
-        now_ms >= self.next_probe_ms.load(Ordering::Acquire)
+        now_ms >= self.next_probe_at()
+    }
+
+    /// The earliest a probe may run (ms; 0: any time), later than the
+    /// interval while a busy engine's probes back off.
+    pub fn next_probe_at(&self) -> u64 {
+        self.next_probe_ms.load(Ordering::Acquire)
     }
 
     /// The status a misconfigured probe path answered (404, 405); `None`

@@ -38,6 +38,7 @@ pub mod tls;
 pub mod tokenization;
 pub mod traces;
 pub mod tracker;
+pub mod wake;
 
 /// What a node says it runs: in the cluster inventory, and as the
 /// User-Agent of a gateway's calls to its control node.

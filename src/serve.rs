@@ -231,6 +231,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                 HealthChecker::new(
                     Box::new(move || running.snapshot().probe_plan()),
                     Arc::clone(&state.metrics),
+                    state.changes(),
                 ),
             ));
             let running = Arc::clone(&state);
@@ -259,6 +260,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                         (snapshot.version, signals)
                     }),
                     Arc::clone(&state.learned.occupancy),
+                    state.changes(),
                 ),
             ));
             let running = Arc::clone(&state);
@@ -276,6 +278,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                         (snapshot.version, providers)
                     }),
                     Arc::clone(&state.learned.tracker),
+                    state.changes(),
                 ),
             ));
             server.add_service(background_service(
@@ -292,6 +295,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                     Arc::clone(&state.learned.rate_limits.shared),
                     Box::new(move || running.snapshot().config.rate_limits.redis.clone()),
                     Arc::clone(&state.metrics),
+                    state.changes(),
                 ),
             ));
             server.add_service(background_service(

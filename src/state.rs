@@ -71,6 +71,9 @@ pub struct Reloaded {
 
 pub struct GatewayState {
     snapshot: ArcSwap<Snapshot>,
+    /// Counts the snapshots installed since the start, for the background
+    /// pollers that sleep until a reload (`wake.rs`).
+    installs: tokio::sync::watch::Sender<u64>,
     pub learned: Learned,
     /// Certificates of the TLS listeners bound at start.
     pub tls: TlsListeners,
@@ -133,6 +136,7 @@ impl GatewayState {
         traces.configure(snapshot.config.tracing.as_ref(), &metrics);
         Ok(Arc::new(GatewayState {
             snapshot: ArcSwap::from_pointee(snapshot),
+            installs: tokio::sync::watch::Sender::new(0),
             learned,
             tls,
             access_log: Arc::new(AccessLogQueue::new(Arc::clone(&metrics))),
@@ -154,6 +158,11 @@ impl GatewayState {
     /// The snapshot to serve a request with.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// Wakes its holder at every snapshot installed from now on.
+    pub fn changes(&self) -> crate::wake::Changes {
+        self.installs.subscribe()
     }
 
     /// Re-reads the configuration file and swaps in a new snapshot. On any
@@ -265,6 +274,7 @@ impl GatewayState {
                 self.traces
                     .configure(snapshot.config.tracing.as_ref(), &self.metrics);
                 self.snapshot.store(Arc::new(snapshot));
+                self.installs.send_modify(|count| *count += 1);
                 self.record_reload(source, Ok((version, &warnings)));
                 self.metrics.record_reload(true);
                 self.metrics.set_config_version(version);

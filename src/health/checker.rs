@@ -19,9 +19,8 @@ use pingora::{Error, ErrorType};
 use super::{HealthChange, HealthPolicy, ProbeOutcome, ProbeTarget};
 use crate::clock;
 use crate::metrics::Metrics;
+use crate::wake::{self, Changes, Wake};
 
-/// How often the checker wakes to see which probes are due.
-const TICK: Duration = Duration::from_millis(250);
 /// Marks a probe answered 429 in the validator's error.
 const BUSY: ErrorType = ErrorType::CustomCode("engine busy", 429);
 /// Marks a probe answered 404 or 405: the path, not the engine, is wrong.
@@ -41,11 +40,17 @@ pub type PlanSource = Box<dyn Fn() -> ProbePlan + Send + Sync>;
 pub struct HealthChecker {
     plan: PlanSource,
     metrics: Arc<Metrics>,
+    changes: Changes,
 }
 
 impl HealthChecker {
-    pub fn new(plan: PlanSource, metrics: Arc<Metrics>) -> Self {
-        Self { plan, metrics }
+    /// Probes what `plan` says, rereading it whenever `changes` moves.
+    pub fn new(plan: PlanSource, metrics: Arc<Metrics>, changes: Changes) -> Self {
+        Self {
+            plan,
+            metrics,
+            changes,
+        }
     }
 }
 
@@ -106,87 +111,114 @@ impl Probe {
 #[async_trait]
 impl BackgroundService for HealthChecker {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut probes: HashMap<String, Probe> = HashMap::new();
-        let mut built_for = 0;
-        // When each provider was last probed (ms); probes run every interval.
-        let mut last_probe: HashMap<String, u64> = HashMap::new();
+        let mut rounds = Rounds::default();
+        let mut changes = self.changes.clone();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => return,
-            }
             let plan = (self.plan)();
-            let policy = plan.policy;
-            if !policy.enabled {
+            let next = if plan.policy.enabled {
+                self.round(&plan, &mut rounds).await
+            } else {
                 for target in plan.targets.iter() {
                     target.health.reset();
                 }
-                continue;
-            }
-            if built_for != plan.version {
-                probes = plan
-                    .targets
-                    .iter()
-                    .filter_map(|t| Some((t.slug.clone(), Probe::new(t, &policy)?)))
-                    .collect();
-                built_for = plan.version;
-            }
-            let now = clock::now_ms();
-            let due: Vec<&ProbeTarget> = plan
-                .targets
-                .iter()
-                .filter(|t| {
-                    t.health.probe_due(now)
-                        && last_probe
-                            .get(&t.slug)
-                            .is_none_or(|&at| now >= at + policy.interval_ms)
-                })
-                .collect();
-            if due.is_empty() {
-                continue;
-            }
-            let timeout = Duration::from_millis(policy.timeout_ms);
-            let runs = due.iter().filter_map(|provider| {
-                let probe = probes.get(&provider.slug)?;
-                Some(async move { (*provider, probe.run(timeout).await) })
-            });
-            for (provider, (outcome, detail)) in futures_util::future::join_all(runs).await {
-                let now = clock::now_ms();
-                last_probe.insert(provider.slug.clone(), now);
-                self.metrics.record_probe(&provider.slug, outcome.label());
-                let was_misconfigured = provider.health.probe_misconfigured().is_some();
-                let change = provider.health.record(outcome, now, &policy);
-                if let ProbeOutcome::Misconfigured { status } = outcome {
-                    if !was_misconfigured {
-                        log::warn!(
-                            "provider {}: its health probe GET {} answered {status}: the engine does not serve that path; it is not judged by the probe until health_path names one it serves (e.g. /health or /v1/models)",
-                            provider.slug,
-                            provider.path
-                        );
-                    }
-                }
-                self.metrics.set_probe_misconfigured(
-                    &provider.slug,
-                    provider.health.probe_misconfigured().is_some(),
-                );
-                match change {
-                    Some(HealthChange::WentDown) => {
-                        log::warn!("provider {} is unhealthy: {detail}", provider.slug)
-                    }
-                    Some(HealthChange::CameUp) => {
-                        log::info!("provider {} is healthy again", provider.slug)
-                    }
-                    None if outcome == ProbeOutcome::Busy => {
-                        log::info!(
-                            "provider {} is busy (429); backing off its health probes",
-                            provider.slug
-                        )
-                    }
-                    None => {}
-                }
-                self.metrics
-                    .set_provider_healthy(&provider.slug, provider.health.is_healthy());
+                None
+            };
+            if wake::until(next, &mut changes, &mut shutdown).await == Wake::Shutdown {
+                return;
             }
         }
+    }
+}
+
+/// What the checker keeps from one round to the next.
+#[derive(Default)]
+struct Rounds {
+    /// Built for the plan of version `built_for`.
+    probes: HashMap<String, Probe>,
+    built_for: u64,
+    /// When each provider was last probed (ms); probes run every interval.
+    last_probe: HashMap<String, u64>,
+}
+
+impl HealthChecker {
+    /// Probes every provider of `plan` that is due; returns when the next
+    /// one falls due (`None`: none has a probe).
+    async fn round(&self, plan: &ProbePlan, rounds: &mut Rounds) -> Option<u64> {
+        let policy = &plan.policy;
+        if rounds.built_for != plan.version {
+            rounds.probes = plan
+                .targets
+                .iter()
+                .filter_map(|t| Some((t.slug.clone(), Probe::new(t, policy)?)))
+                .collect();
+            rounds.built_for = plan.version;
+        }
+        let Rounds {
+            probes, last_probe, ..
+        } = rounds;
+        let now = clock::now_ms();
+        let due: Vec<&ProbeTarget> = plan
+            .targets
+            .iter()
+            .filter(|t| {
+                t.health.probe_due(now)
+                    && last_probe
+                        .get(&t.slug)
+                        .is_none_or(|&at| now >= at + policy.interval_ms)
+            })
+            .collect();
+        let timeout = Duration::from_millis(policy.timeout_ms);
+        let runs = due.iter().filter_map(|provider| {
+            let probe = probes.get(&provider.slug)?;
+            Some(async move { (*provider, probe.run(timeout).await) })
+        });
+        for (provider, (outcome, detail)) in futures_util::future::join_all(runs).await {
+            let now = clock::now_ms();
+            last_probe.insert(provider.slug.clone(), now);
+            self.metrics.record_probe(&provider.slug, outcome.label());
+            let was_misconfigured = provider.health.probe_misconfigured().is_some();
+            let change = provider.health.record(outcome, now, policy);
+            if let ProbeOutcome::Misconfigured { status } = outcome {
+                if !was_misconfigured {
+                    log::warn!(
+                        "provider {}: its health probe GET {} answered {status}: the engine does not serve that path; it is not judged by the probe until health_path names one it serves (e.g. /health or /v1/models)",
+                        provider.slug,
+                        provider.path
+                    );
+                }
+            }
+            self.metrics.set_probe_misconfigured(
+                &provider.slug,
+                provider.health.probe_misconfigured().is_some(),
+            );
+            match change {
+                Some(HealthChange::WentDown) => {
+                    log::warn!("provider {} is unhealthy: {detail}", provider.slug)
+                }
+                Some(HealthChange::CameUp) => {
+                    log::info!("provider {} is healthy again", provider.slug)
+                }
+                None if outcome == ProbeOutcome::Busy => {
+                    log::info!(
+                        "provider {} is busy (429); backing off its health probes",
+                        provider.slug
+                    )
+                }
+                None => {}
+            }
+            self.metrics
+                .set_provider_healthy(&provider.slug, provider.health.is_healthy());
+        }
+        let now = clock::now_ms();
+        plan.targets
+            .iter()
+            .filter(|t| probes.contains_key(&t.slug))
+            .map(|t| {
+                let after_last = last_probe
+                    .get(&t.slug)
+                    .map_or(now, |&at| at + policy.interval_ms);
+                after_last.max(t.health.next_probe_at())
+            })
+            .min()
     }
 }

@@ -16,9 +16,8 @@ use super::OccupancyRegistry;
 use crate::clock;
 use crate::config::{Lmcache, LmcacheFormat};
 use crate::http_client::Endpoint;
+use crate::wake::{self, Changes, Wake};
 
-/// How often the poller wakes to see which polls are due.
-const TICK: Duration = Duration::from_millis(250);
 /// The most of a signal's body that is read.
 const MAX_BODY: usize = 1024 * 1024;
 
@@ -29,12 +28,52 @@ pub type SignalSource = Box<dyn Fn() -> (u64, Vec<(String, Lmcache)>) + Send + S
 pub struct OccupancyPoller {
     signals: SignalSource,
     registry: Arc<OccupancyRegistry>,
+    changes: Changes,
 }
 
 impl OccupancyPoller {
-    /// Polls what `signals` names into `registry`.
-    pub fn new(signals: SignalSource, registry: Arc<OccupancyRegistry>) -> Self {
-        Self { signals, registry }
+    /// Polls what `signals` names into `registry`, rereading it whenever
+    /// `changes` moves.
+    pub fn new(signals: SignalSource, registry: Arc<OccupancyRegistry>, changes: Changes) -> Self {
+        Self {
+            signals,
+            registry,
+            changes,
+        }
+    }
+
+    /// Polls every provider of `due` at once and records what each said.
+    async fn poll_all(
+        &self,
+        connector: &Connector,
+        sources: &HashMap<String, Result<Source, String>>,
+        due: &[&(String, Lmcache)],
+        last_poll: &mut HashMap<String, u64>,
+    ) {
+        let polls = due.iter().map(|(slug, lmcache)| {
+            let source = sources.get(slug);
+            async move {
+                let result = match source {
+                    Some(Ok(source)) => source.poll(connector).await,
+                    Some(Err(e)) => Err(e.clone()),
+                    None => Err("no source".to_string()),
+                };
+                (slug, lmcache, result)
+            }
+        });
+        for (slug, lmcache, result) in futures_util::future::join_all(polls).await {
+            let now = clock::now_ms();
+            last_poll.insert(slug.clone(), now);
+            let signal = self.registry.provider(slug);
+            signal.set_stale_after(lmcache.stale_after.as_millis() as u64);
+            match result {
+                Ok((occupancy, available)) => signal.record(occupancy, available, now),
+                Err(e) => {
+                    signal.record_failure();
+                    log::debug!("provider {slug}: LMCache poll failed: {e}");
+                }
+            }
+        }
     }
 }
 
@@ -123,11 +162,8 @@ impl BackgroundService for OccupancyPoller {
         let mut sources: HashMap<String, Result<Source, String>> = HashMap::new();
         let mut built_for = 0;
         let mut last_poll: HashMap<String, u64> = HashMap::new();
+        let mut changes = self.changes.clone();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => return,
-            }
             let (version, signals) = (self.signals)();
             if built_for != version {
                 sources = signals
@@ -152,33 +188,19 @@ impl BackgroundService for OccupancyPoller {
                         .is_none_or(|&at| now >= at + lmcache.poll_interval.as_millis() as u64)
                 })
                 .collect();
-            if due.is_empty() {
-                continue;
+            if !due.is_empty() {
+                self.poll_all(&connector, &sources, &due, &mut last_poll)
+                    .await;
             }
-            let polls = due.iter().map(|(slug, lmcache)| {
-                let source = sources.get(slug);
-                let connector = &connector;
-                async move {
-                    let result = match source {
-                        Some(Ok(source)) => source.poll(connector).await,
-                        Some(Err(e)) => Err(e.clone()),
-                        None => Err("no source".to_string()),
-                    };
-                    (slug, lmcache, result)
-                }
-            });
-            for (slug, lmcache, result) in futures_util::future::join_all(polls).await {
-                let now = clock::now_ms();
-                last_poll.insert(slug.clone(), now);
-                let signal = self.registry.provider(slug);
-                signal.set_stale_after(lmcache.stale_after.as_millis() as u64);
-                match result {
-                    Ok((occupancy, available)) => signal.record(occupancy, available, now),
-                    Err(e) => {
-                        signal.record_failure();
-                        log::debug!("provider {slug}: LMCache poll failed: {e}");
-                    }
-                }
+            let next = wake::earliest(
+                signals.iter().map(|(slug, lmcache)| {
+                    let every = lmcache.poll_interval.as_millis() as u64;
+                    (last_poll.get(slug).copied(), every)
+                }),
+                clock::now_ms(),
+            );
+            if wake::until(next, &mut changes, &mut shutdown).await == Wake::Shutdown {
+                return;
             }
         }
     }

@@ -47,6 +47,7 @@ use redis::aio::MultiplexedConnection;
 use super::{Limited, Quota, Window, WINDOW_MS};
 use crate::config::SharedCounters;
 use crate::metrics::Metrics;
+use crate::wake::{self, Changes, Wake};
 
 /// How often slot releases and token charges are sent.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
@@ -382,22 +383,32 @@ pub struct SharedLimitsService {
     store: Arc<SharedStore>,
     settings: SettingsSource,
     metrics: Arc<Metrics>,
+    changes: Changes,
 }
 
 impl SharedLimitsService {
-    pub fn new(store: Arc<SharedStore>, settings: SettingsSource, metrics: Arc<Metrics>) -> Self {
+    /// Follows `settings`, rereading them every [`FLUSH_INTERVAL`] while
+    /// Redis is configured and otherwise whenever `changes` moves.
+    pub fn new(
+        store: Arc<SharedStore>,
+        settings: SettingsSource,
+        metrics: Arc<Metrics>,
+        changes: Changes,
+    ) -> Self {
         Self {
             store,
             settings,
             metrics,
+            changes,
         }
     }
 
     /// One step: follow the configuration, reconnect when due, refresh
     /// liveness when due, flush. `last_try` and `last_alive` are the
-    /// service's own clock marks.
-    async fn step(&self, ticks: &mut Ticks) {
+    /// service's own clock marks. Says whether Redis is configured.
+    async fn step(&self, ticks: &mut Ticks) -> bool {
         let wanted = (self.settings)();
+        let configured = wanted.is_some();
         let current = self.store.connected.load_full();
         if current.as_ref().map(|c| &c.settings) != wanted.as_ref() {
             if let Some(old) = current {
@@ -429,6 +440,7 @@ impl SharedLimitsService {
         }
         self.metrics.set_redis_in_use(self.store.in_use());
         self.store.flush(&self.metrics).await;
+        configured
     }
 
     /// Refreshes this node's liveness key.
@@ -500,10 +512,15 @@ impl BackgroundService for SharedLimitsService {
         let mut ticks = Ticks::default();
         let mut interval = tokio::time::interval(FLUSH_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = self.changes.clone();
         loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = interval.tick() => self.step(&mut ticks).await,
+            if self.step(&mut ticks).await {
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = interval.tick() => {}
+                }
+            } else if wake::until(None, &mut changes, &mut shutdown).await == Wake::Shutdown {
+                break;
             }
         }
         // What ended before shutdown still reaches Redis.

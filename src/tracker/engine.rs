@@ -111,8 +111,11 @@ impl CapacitySignal {
     }
 
     /// A request starts waiting; [`CapacitySignal::stop_waiting`] ends it.
+    /// The first waiter wakes the dispatcher, which sleeps while none waits.
     pub fn start_waiting(&self) {
-        self.waiters.fetch_add(1, Ordering::AcqRel);
+        if self.waiters.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.notify.notify_one();
+        }
     }
 
     pub fn stop_waiting(&self) {
@@ -417,6 +420,34 @@ impl TargetStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_first_waiter_wakes_the_dispatcher_and_freed_capacity_only_wakes_it_for_waiters() {
+        let signal = CapacitySignal::default();
+        let woke = |signal: &CapacitySignal| {
+            let changed = std::pin::pin!(signal.changed());
+            futures_util::FutureExt::now_or_never(changed).is_some()
+        };
+        // Nobody waits: freed capacity is nobody's news.
+        signal.freed();
+        assert!(!woke(&signal));
+
+        signal.start_waiting();
+        assert!(
+            woke(&signal),
+            "the first waiter did not wake the dispatcher"
+        );
+        signal.start_waiting();
+        assert!(
+            !woke(&signal),
+            "a second waiter has a dispatcher already awake"
+        );
+        signal.freed();
+        assert!(woke(&signal));
+        signal.stop_waiting();
+        signal.stop_waiting();
+        assert_eq!(signal.waiters(), 0);
+    }
 
     fn polled(stats: &TargetStats, stale_after_ms: u64) {
         stats.engine.set_stale_after(Some(stale_after_ms));
