@@ -2,7 +2,8 @@
 //! patched Pingora (patches/README.md): the request header and body in one
 //! segment, a chunked stream read in small pieces arriving whole, a burst
 //! of events forwarded together, and a large request body read in uneven
-//! pieces arriving whole.
+//! pieces arriving whole; what the patches keep as Pingora had it: the good
+//! events before a broken chunk, and the first-byte timeout after a `100`.
 //!
 //! The engine here is a raw TCP server in a thread, so the test sees the
 //! bytes and the segments themselves (`TCP_INFO`), not what an HTTP library
@@ -601,4 +602,88 @@ async fn a_large_body_read_in_uneven_pieces_arrives_byte_exact_and_the_connectio
         "the large body's content arrived changed"
     );
     assert_eq!(bodies[1]["messages"][0]["content"], "after");
+}
+
+/// Events in one write, each its own chunk, then a chunk head that does
+/// not parse: the engine broke its framing mid-stream.
+const GOOD_EVENTS: usize = 3;
+
+fn broken_framing_answer(stream: &mut TcpStream) {
+    let mut wire =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    for i in 0..GOOD_EVENTS {
+        let event = burst_event(i);
+        wire.extend(format!("{:x}\r\n{event}\r\n", event.len()).bytes());
+    }
+    wire.extend_from_slice(b"ZZ\r\nnot a chunk\r\n");
+    stream.write_all(&wire).unwrap();
+}
+
+/// The events before a framing error reach the client before its stream is
+/// cut, as they did when Pingora returned one chunk per read: joining the
+/// chunks a read brought (`read_body_bytes`) must not drop the good ones
+/// with the bad.
+#[tokio::test]
+async fn events_before_a_framing_error_reach_the_client() {
+    let (url, _received) = raw_engine(broken_framing_answer);
+    let gateway = Gateway::start(&config(&url)).await;
+    let body = r#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut stream = TcpStream::connect(gateway.listen).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(chat_request(body).as_bytes()).unwrap();
+    let mut wire = Vec::new();
+    let mut piece = [0u8; 65536];
+    // To the end of the cut stream (or the read timeout).
+    while let Ok(n @ 1..) = stream.read(&mut piece) {
+        wire.extend_from_slice(&piece[..n]);
+    }
+    let text = String::from_utf8_lossy(&wire);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for i in 0..GOOD_EVENTS {
+        assert!(
+            text.contains(&burst_event(i)),
+            "event {i} missing: {text:?}"
+        );
+    }
+    assert!(
+        !text.ends_with("\r\n0\r\n\r\n"),
+        "a cut stream ended as if whole: {text:?}"
+    );
+}
+
+/// `100 Continue` at once, then the answer after a prefill longer than
+/// the idle limit below and shorter than the first-byte one.
+fn continue_then_slow_answer(stream: &mut TcpStream) {
+    stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+    stream.flush().unwrap();
+    thread::sleep(Duration::from_millis(2_500));
+    json_answer(stream);
+}
+
+/// An informational response is not the engine's answer: until the final
+/// header, the wait is bounded by `first_byte_secs`, not by the idle limit
+/// between two reads of a body.
+#[tokio::test]
+async fn an_informational_response_leaves_the_first_byte_timeout_in_force() {
+    let (url, _received) = raw_engine(continue_then_slow_answer);
+    let gateway = Gateway::start(&format!(
+        "{}[timeouts]\nfirst_byte_secs = 30\nidle_secs = 1\n",
+        config(&url)
+    ))
+    .await;
+    let response = client()
+        .post(gateway.url("/v1/chat/completions"))
+        .json(
+            &serde_json::json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, JSON_BODY);
 }

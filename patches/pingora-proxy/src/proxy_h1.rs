@@ -295,7 +295,12 @@ where
                     match res {
                         Ok(task) => {
                             response_done = task.is_end();
-                            if body_read_timeout.is_some() && matches!(task, HttpTask::Header(..)) {
+                            // The final header: an informational one (100,
+                            // 103) still leaves the answer to wait for.
+                            if body_read_timeout.is_some()
+                                && matches!(&task, HttpTask::Header(header, _)
+                                    if !header.status.is_informational())
+                            {
                                 client_session.read_timeout = body_read_timeout;
                             }
                             if !upgraded && client_session.was_upgraded() {

@@ -532,8 +532,12 @@ where
         // retry, send buffer if it exists
         let buffer = session.as_mut().get_retry_buffer();
         // rolter patch: also when a filter already read the whole body and it
-        // overflowed the retry buffer (see proxy_h1.rs).
-        if buffer.is_some() || downstream_state.is_done() {
+        // overflowed the retry buffer (see proxy_h1.rs). Not for an empty
+        // body: its END_STREAM went with the header, and h2 refuses DATA on
+        // a stream the client side closed.
+        if buffer.is_some()
+            || (downstream_state.is_done() && !session.as_mut().is_body_empty())
+        {
             self.send_body_to2(
                 session,
                 buffer,

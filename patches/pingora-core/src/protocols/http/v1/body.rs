@@ -804,10 +804,25 @@ impl BodyReader {
     /// (or the body is over). A proxy joins what this returns to the chunk
     /// it just read, so a burst of chunks costs one body task and one
     /// downstream write rather than one each.
-    pub fn read_buffered_chunk(&mut self) -> Result<Option<BufRef>> {
-        match self.body_state {
-            PS::Chunked(_, start, end, 0) if start != 0 => self.parse_next_chunk(start, end),
-            _ => Ok(None),
+    ///
+    /// A chunk that does not parse is left where it is, also `None`: the
+    /// next read parses it again and fails, after the good chunks before
+    /// it went out, as they did when each read returned one chunk. (A
+    /// failed parse changes only the state, never the buffer.)
+    pub fn read_buffered_chunk(&mut self) -> Option<BufRef> {
+        let PS::Chunked(_, start, end, 0) = self.body_state else {
+            return None;
+        };
+        if start == 0 {
+            return None;
+        }
+        let before = self.body_state.clone();
+        match self.parse_next_chunk(start, end) {
+            Ok(chunk) => chunk,
+            Err(_) => {
+                self.body_state = before;
+                None
+            }
         }
     }
 

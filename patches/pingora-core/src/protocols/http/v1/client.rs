@@ -653,7 +653,7 @@ impl HttpSession {
         // Each chunk is copied before the next is parsed: parsing the last
         // one may move the buffer.
         let mut joined = BytesMut::from(first);
-        while let Some(body_ref) = self.body_reader.read_buffered_chunk()? {
+        while let Some(body_ref) = self.body_reader.read_buffered_chunk() {
             let chunk = self.body_reader.get_body(&body_ref);
             self.body_recv = self.body_recv.saturating_add(chunk.len());
             joined.extend_from_slice(chunk);
