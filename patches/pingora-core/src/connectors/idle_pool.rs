@@ -193,13 +193,38 @@ impl Streams {
 /// The pool's sweep: every [`SWEEP_EVERY`] while the pool holds a stream
 /// and is still owned.
 pub async fn sweep(pool: Weak<IdlePool>, unexpected_data: Arc<AtomicU64>) {
+    let mut end = SweepEnd {
+        pool: pool.clone(),
+        stopped: false,
+    };
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         let Some(pool) = pool.upgrade() else {
             return;
         };
         if !pool.sweep_once(&unexpected_data) {
+            end.stopped = true;
             return;
+        }
+    }
+}
+
+/// Clears the pool's `sweeping` flag when a sweep task ends other than by
+/// finding the pool empty (its runtime shut down, or it panicked), so that
+/// the next `put` starts another rather than none ever again.
+struct SweepEnd {
+    pool: Weak<IdlePool>,
+    /// The sweep stopped itself, having cleared the flag.
+    stopped: bool,
+}
+
+impl Drop for SweepEnd {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        if let Some(pool) = self.pool.upgrade() {
+            pool.streams.lock().sweeping = false;
         }
     }
 }
