@@ -243,6 +243,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                         let snapshot = running.snapshot();
                         (snapshot.version, sources_of(&snapshot.config))
                     }),
+                    state.changes(),
                 ),
             ));
             let running = Arc::clone(&state);
@@ -312,6 +313,7 @@ fn serve(mut server: Server, config: Config, config_path: &Path, testing: bool) 
                         (server.access_log.clone(), server.access_log_format)
                     }),
                     Arc::clone(&state.metrics),
+                    state.changes(),
                 ),
             ));
             server.add_service(background_service(

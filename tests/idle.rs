@@ -52,11 +52,12 @@ async fn an_idle_gateway_wakes_a_few_times_a_second_not_a_hundred() {
         .iter()
         .map(|(task, n)| n.saturating_sub(*before.get(task).unwrap_or(n)))
         .sum();
-    // Measured: ~5 a second (the access log, KV events and history
-    // services' one-second rounds); ~110 when five pollers woke every 50
-    // to 250 ms to find nothing due.
+    // Measured: 6 in the 3 s (the history's one-second samples and the
+    // keep-alive pool's sweep); ~5 a second when the access log and KV
+    // events services also woke every second, ~110 when five pollers woke
+    // every 50 to 250 ms to find nothing due.
     assert!(
-        woke < 20 * window.as_secs(),
+        woke < 5 * window.as_secs(),
         "the idle gateway's threads woke {woke} times in {window:?}"
     );
 }

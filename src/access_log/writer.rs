@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
 
 use super::{AccessLogQueue, Entry};
 use crate::config::{AccessLog, AccessLogFormat};
 use crate::metrics::{AccessLogDrop, Metrics};
+use crate::wake::Changes;
 
 /// The service's name in Pingora.
 pub const SERVICE_NAME: &str = "access log";
@@ -27,8 +27,7 @@ pub const SERVICE_NAME: &str = "access log";
 /// Records formatted and written at once, at most.
 const BATCH: usize = 512;
 
-/// How often the writer looks at the configuration while idle, and how soon
-/// it retries a file it could not open.
+/// How soon the writer retries a file it could not open.
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Reads the running configuration's `server.access_log` and
@@ -39,19 +38,23 @@ pub struct AccessLogWriter {
     queue: Arc<AccessLogQueue>,
     settings: SettingsSource,
     metrics: Arc<Metrics>,
+    changes: Changes,
 }
 
 impl AccessLogWriter {
-    /// Drains `queue` where `settings` says.
+    /// Drains `queue` where `settings` says, following them at every batch
+    /// and whenever `changes` moves.
     pub fn new(
         queue: Arc<AccessLogQueue>,
         settings: SettingsSource,
         metrics: Arc<Metrics>,
+        changes: Changes,
     ) -> Self {
         Self {
             queue,
             settings,
             metrics,
+            changes,
         }
     }
 
@@ -75,10 +78,14 @@ impl BackgroundService for AccessLogWriter {
         let mut sink = Sink::default();
         let mut entries = Vec::with_capacity(BATCH);
         let mut buf = Vec::with_capacity(64 * 1024);
-        let mut tick = tokio::time::interval(RETRY);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Opened at once, not at the first line.
+        self.follow_configuration(&mut sink);
+        let mut changes = self.changes.clone();
+        // False once the state that counts snapshots is gone.
+        let mut following = true;
         let mut stopping = false;
         loop {
+            let retry = sink.retry_in();
             tokio::select! {
                 received = receiver.recv_many(&mut entries, BATCH) => {
                     if received == 0 {
@@ -90,7 +97,13 @@ impl BackgroundService for AccessLogWriter {
                     write_batch(&mut sink, format, &mut entries, &mut buf, &self.metrics);
                 }
                 _ = queue.reopen.notified() => sink.reopen(),
-                _ = tick.tick() => {
+                // A reload that turns the log off or moves it applies
+                // at once, not only at the next line.
+                changed = changes.changed(), if following => {
+                    following = changed.is_ok();
+                    self.follow_configuration(&mut sink);
+                }
+                () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {
                     self.follow_configuration(&mut sink);
                 }
                 // Keep writing after the shutdown broadcast: requests still
@@ -170,6 +183,15 @@ impl Default for Sink {
 impl Sink {
     fn is_on(&self) -> bool {
         self.config != AccessLog::Off
+    }
+
+    /// How long until a file that could not be opened is tried again;
+    /// `None` when nothing waits for a retry.
+    fn retry_in(&self) -> Option<Duration> {
+        let at = self.retry_at?;
+        self.output
+            .is_none()
+            .then(|| at.saturating_duration_since(Instant::now()))
     }
 
     /// Switches to `wanted` when the configuration changed; retries a file
@@ -376,10 +398,14 @@ mod tests {
         sink.follow(&AccessLog::File(path.clone()));
         write(&mut sink, &["lost", "lost too"], &metrics);
         assert_eq!(metrics.access_log_dropped(AccessLogDrop::WriteError), 2);
+        // The writer sleeps until the retry, at most RETRY from now.
+        let wait = sink.retry_in().expect("a retry is due");
+        assert!(wait <= RETRY, "{wait:?}");
         std::fs::create_dir(&missing).unwrap();
         sink.retry_at = Some(Instant::now());
         sink.follow(&AccessLog::File(path.clone()));
         write(&mut sink, &["kept"], &metrics);
         assert_eq!(ids_in(&path), ["kept"]);
+        assert_eq!(sink.retry_in(), None, "open: nothing to retry");
     }
 }

@@ -1,8 +1,9 @@
 //! The "kv events" background service: one subscriber per data-parallel
 //! rank of every provider that has `kv_events`, following the snapshot.
 //!
-//! Every [`RECONCILE_EVERY`] it reads the configured sources; when the
-//! snapshot changed it starts subscribers for new providers, restarts those
+//! At every snapshot installed, and every [`RECONCILE_EVERY`] while any
+//! subscriber runs, it reads the configured sources; when the snapshot
+//! changed it starts subscribers for new providers, restarts those
 //! whose source changed (reconfiguring their index: a new endpoint may be
 //! another engine, a new block size another chain) and stops those that
 //! lost it (unconfiguring their index, which then answers `None`), leaving
@@ -23,12 +24,14 @@ use super::index::{KvIndex, KvIndexSettings};
 use super::replay::ReplayClient;
 use super::subscriber::{RankDriver, RankSubscriber};
 use super::KvIndexRegistry;
+use crate::clock;
 use crate::config::{self, Config};
+use crate::wake::{self, Changes, Wake};
 
 /// The name the server lists the service under.
 pub const SERVICE_NAME: &str = "kv events";
 
-/// How often the service looks at the snapshot.
+/// How often the service looks at its subscribers while any runs.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
 /// One rank's endpoints.
@@ -93,16 +96,23 @@ pub type SourceReader = Box<dyn Fn() -> (u64, Vec<KvSource>) + Send + Sync>;
 pub struct KvEventService {
     registry: Arc<KvIndexRegistry>,
     sources: SourceReader,
+    changes: Changes,
     reconcile_every: Duration,
 }
 
 impl KvEventService {
     /// Follows whatever `sources` reads (the server wires it to the
-    /// running snapshot, with [`sources_of`]); indexes live in `registry`.
-    pub fn with_sources(registry: Arc<KvIndexRegistry>, sources: SourceReader) -> Self {
+    /// running snapshot, with [`sources_of`]), rereading it whenever
+    /// `changes` moves; indexes live in `registry`.
+    pub fn with_sources(
+        registry: Arc<KvIndexRegistry>,
+        sources: SourceReader,
+        changes: Changes,
+    ) -> Self {
         KvEventService {
             registry,
             sources,
+            changes,
             reconcile_every: RECONCILE_EVERY,
         }
     }
@@ -117,6 +127,7 @@ impl KvEventService {
     pub async fn run(&self, mut shutdown: ShutdownWatch) {
         let mut running: HashMap<String, Running> = HashMap::new();
         let mut seen_version = None;
+        let mut changes = self.changes.clone();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -127,9 +138,12 @@ impl KvEventService {
                 self.reconcile(&mut running, sources);
                 seen_version = Some(version);
             }
-            tokio::select! {
-                _ = tokio::time::sleep(self.reconcile_every) => {}
-                changed = shutdown.changed() => if changed.is_err() { break },
+            // Subscribers are looked at every `reconcile_every` (one may
+            // have crashed); without any, nothing is due until a reload.
+            let next = (!running.is_empty())
+                .then(|| clock::now_ms() + self.reconcile_every.as_millis() as u64);
+            if wake::until(next, &mut changes, &mut shutdown).await == Wake::Shutdown {
+                break;
             }
         }
         let stopped = running.len();

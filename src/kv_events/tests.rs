@@ -20,6 +20,8 @@ const TOPIC: &str = "kv@test";
 struct Gateway {
     registry: Arc<KvIndexRegistry>,
     sources: Arc<Mutex<(u64, Vec<KvSource>)>>,
+    /// Counts the "snapshots" installed, as `GatewayState` does.
+    installs: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
     service: tokio::task::JoinHandle<()>,
     clock: ManualClock,
@@ -36,9 +38,11 @@ impl Gateway {
         }));
         let shared = Arc::new(Mutex::new((1, sources)));
         let read = Arc::clone(&shared);
+        let (installs, changes) = watch::channel(0);
         let service = KvEventService::with_sources(
             Arc::clone(&registry),
             Box::new(move || read.lock().unwrap().clone()),
+            changes,
         )
         .reconcile_every(Duration::from_millis(20));
         let (shutdown, watch) = watch::channel(false);
@@ -46,6 +50,7 @@ impl Gateway {
         Gateway {
             registry,
             sources: shared,
+            installs,
             shutdown,
             service,
             clock,
@@ -56,6 +61,8 @@ impl Gateway {
         let mut shared = self.sources.lock().unwrap();
         shared.0 += 1;
         shared.1 = sources;
+        drop(shared);
+        self.installs.send_modify(|count| *count += 1);
     }
 
     fn index(&self) -> Arc<KvIndex> {
