@@ -303,9 +303,8 @@ impl BackgroundService for EngineMetricsPoller {
                 .iter()
                 .filter_map(|(slug, metrics)| Some((slug, metrics.as_ref()?)))
                 .filter(|(slug, metrics)| {
-                    last_poll
-                        .get(*slug)
-                        .is_none_or(|&at| now >= at + metrics.poll_interval.as_millis() as u64)
+                    let every = metrics.poll_interval.as_millis() as u64;
+                    wake::due_at(last_poll.get(*slug).copied(), every, now) <= now
                 })
                 .collect();
             if !due.is_empty() {

@@ -65,13 +65,18 @@ pub async fn until(
     }
 }
 
-/// When the next of several rounds falls due: the earliest of each one's
-/// last run plus its interval, now for one that never ran (`last` is
-/// `None`); `None` when there are none.
+/// When a round that runs `every` ms falls due: its last run plus the
+/// interval, now for one that never ran (`last` is `None`).
+pub fn due_at(last: Option<u64>, every: u64, now_ms: u64) -> u64 {
+    last.map_or(now_ms, |at| at.saturating_add(every))
+}
+
+/// When the next of several rounds falls due ([`due_at`] of each, the
+/// earliest); `None` when there are none.
 pub fn earliest(rounds: impl IntoIterator<Item = (Option<u64>, u64)>, now_ms: u64) -> Option<u64> {
     rounds
         .into_iter()
-        .map(|(last, every)| last.map_or(now_ms, |at| at.saturating_add(every)))
+        .map(|(last, every)| due_at(last, every, now_ms))
         .min()
 }
 

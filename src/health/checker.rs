@@ -162,9 +162,8 @@ impl HealthChecker {
             .iter()
             .filter(|t| {
                 t.health.probe_due(now)
-                    && last_probe
-                        .get(&t.slug)
-                        .is_none_or(|&at| now >= at + policy.interval_ms)
+                    && wake::due_at(last_probe.get(&t.slug).copied(), policy.interval_ms, now)
+                        <= now
             })
             .collect();
         let timeout = Duration::from_millis(policy.timeout_ms);
@@ -214,9 +213,8 @@ impl HealthChecker {
             .iter()
             .filter(|t| probes.contains_key(&t.slug))
             .map(|t| {
-                let after_last = last_probe
-                    .get(&t.slug)
-                    .map_or(now, |&at| at + policy.interval_ms);
+                let after_last =
+                    wake::due_at(last_probe.get(&t.slug).copied(), policy.interval_ms, now);
                 after_last.max(t.health.next_probe_at())
             })
             .min()

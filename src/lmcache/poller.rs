@@ -183,9 +183,8 @@ impl BackgroundService for OccupancyPoller {
             let due: Vec<&(String, Lmcache)> = signals
                 .iter()
                 .filter(|(slug, lmcache)| {
-                    last_poll
-                        .get(slug)
-                        .is_none_or(|&at| now >= at + lmcache.poll_interval.as_millis() as u64)
+                    let every = lmcache.poll_interval.as_millis() as u64;
+                    wake::due_at(last_poll.get(slug).copied(), every, now) <= now
                 })
                 .collect();
             if !due.is_empty() {
